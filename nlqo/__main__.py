@@ -1,0 +1,3 @@
+from nlqo.cli import main
+import sys
+sys.exit(main())

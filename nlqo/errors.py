@@ -1,0 +1,75 @@
+"""One exception hierarchy for the whole engine."""
+
+from __future__ import annotations
+
+
+class NlqoError(Exception):
+    """Base class of every error nlqo raises on purpose."""
+
+
+class IRSyntaxError(NlqoError):
+    """IR text that does not parse. Carries the position and a readable label."""
+
+    def __init__(self, message: str, *, line: int, column: int, label: str, text: str, source: str = "<ir>"):
+        self.line = line
+        self.column = column
+        self.label = label
+        self.text = text
+        self.source = source
+        super().__init__(f"{source}:{line}:{column}: {message}")
+
+
+class IRSemanticError(NlqoError):
+    """IR that parses but does not make sense (unknown ids, unbound answer, duplicates)."""
+
+    def __init__(self, message: str, *, line: int | None = None, source: str = "<ir>"):
+        self.line = line
+        self.source = source
+        where = f"{source}:{line}: " if line else f"{source}: "
+        super().__init__(where + message)
+
+
+class ParseFailure(NlqoError):
+    """The LLM did not produce valid IR within the repair budget."""
+
+    def __init__(self, message: str, *, attempts: tuple[str, ...], errors: tuple[str, ...]):
+        self.attempts = attempts
+        self.errors = errors
+        shown = "\n".join(
+            f"--- attempt {i + 1} ---\n{text}\n>>> {err}" for i, (text, err) in enumerate(zip(attempts, errors))
+        )
+        super().__init__(f"{message}\n{shown}")
+
+
+class CostModelError(NlqoError):
+    """A cost-model file that does not parse or names an unknown metric."""
+
+
+class OptimizeError(NlqoError):
+    """The optimizer was given something it cannot plan."""
+
+
+class ConfigError(NlqoError):
+    """Bad configuration, named with its file and line where there is one."""
+
+
+class LLMError(NlqoError):
+    """A backend failed to answer (connection, timeout, bad response)."""
+
+
+class ModelNotAvailable(NlqoError):
+    """A named model is not installed or cannot be loaded offline."""
+
+
+class IndexFileError(NlqoError):
+    """An index that cannot be built or opened."""
+
+
+class CorpusError(NlqoError):
+    """Bad corpus input; names the file and line."""
+
+    def __init__(self, message: str, *, path: str, line: int | None = None):
+        self.path = path
+        self.line = line
+        where = f"{path}:{line}" if line else path
+        super().__init__(f"{where}: {message}")

@@ -1,0 +1,86 @@
+"""The interface every LLM backend implements, and its accounting values."""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import attrs
+
+
+@attrs.frozen
+class Usage:
+    """Token and time accounting of one call (or a sum of calls)."""
+
+    prompt_tokens: int = 0
+    """Prompt tokens the backend saw, whether computed or served from a cache."""
+    cached_prompt_tokens: int = 0
+    """Prompt tokens served from a KV/prefix cache instead of being computed."""
+    generated_tokens: int = 0
+    wall_ms: float = 0.0
+    calls: int = 0
+
+    @property
+    def computed_prompt_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_prompt_tokens
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
+            generated_tokens=self.generated_tokens + other.generated_tokens,
+            wall_ms=self.wall_ms + other.wall_ms,
+            calls=self.calls + other.calls,
+        )
+
+
+@attrs.frozen
+class ChatMessage:
+    role: str
+    """'system', 'user' or 'assistant'."""
+    content: str
+
+
+@attrs.frozen
+class Completion:
+    """What a backend returns: the generated text (stop string excluded) and its usage."""
+
+    text: str
+    usage: Usage
+    finish_reason: str = "stop"
+    """'stop' (a stop string or end of sequence) or 'length' (max_tokens reached)."""
+
+
+@runtime_checkable
+class LLM(Protocol):
+    """A text generator. Greedy decoding unless a backend documents otherwise.
+
+    Implementations: :class:`nlqo.llm.scripted.ScriptedLLM` (tests), the local transformers
+    backend and the OpenAI-compatible HTTP backend.
+    """
+
+    name: str
+
+    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+        """Continue raw ``prompt`` text."""
+        ...
+
+    def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+        """Answer a conversation, formatted with the model's chat template."""
+        ...
+
+
+def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
+    """Cut ``text`` at the earliest stop string; say whether one was found.
+
+    >>> cut_at_stop("a b\\nc", ["\\n"])
+    ('a b', True)
+    >>> cut_at_stop("abc", ["x"])
+    ('abc', False)
+    """
+    best = len(text)
+    for s in stop:
+        if s:
+            i = text.find(s)
+            if i != -1 and i < best:
+                best = i
+    return text[:best], best != len(text)
