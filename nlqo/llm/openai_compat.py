@@ -1,0 +1,276 @@
+"""An :class:`~nlqo.llm.base.LLM` over the OpenAI-compatible HTTP API.
+
+Speaks ``/v1/chat/completions`` and ``/v1/completions`` as served by vLLM, the llama.cpp server,
+llama-cpp-python, Ollama and hosted APIs. Standard library only (``urllib``); one connection per
+request, no shared mutable state, so one instance may be called from many threads.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import functools
+import http.client
+import json
+import os
+import random
+import socket
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any, Callable, Mapping, Sequence
+
+import attrs
+
+from nlqo import __version__
+from nlqo.errors import LLMError
+from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+"""HTTP statuses worth another attempt: timeouts, rate limits and transient server errors."""
+
+_LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+_option = functools.partial(attrs.field, kw_only=True)
+
+
+def api_base(url: str) -> str:
+    """Normalise a server URL to the API root that ``/chat/completions`` is appended to.
+
+    A bare host gets ``/v1``; a URL with a path is kept as given (hosted APIs vary).
+
+    >>> api_base("http://127.0.0.1:8080")
+    'http://127.0.0.1:8080/v1'
+    >>> api_base("https://api.example.com/openai/v1/")
+    'https://api.example.com/openai/v1'
+    """
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise LLMError(f"not an http(s) server URL: {url!r}")
+    path = parts.path.rstrip("/") or "/v1"
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+class _Retryable(Exception):
+    """One failed attempt that may succeed if repeated."""
+
+    def __init__(self, reason: str, retry_after: float | None = None):
+        super().__init__(reason)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@attrs.define(eq=False)
+class OpenAICompatLLM:
+    """A model behind an OpenAI-compatible server. Greedy (temperature 0) unless told otherwise.
+
+    Failed attempts are retried up to ``max_attempts`` in all on HTTP 408/429/5xx, connection
+    resets and timeouts, waiting ``backoff_s * 2**k`` (capped at ``max_delay_s``, plus up to
+    ``jitter`` of it at random) or the server's ``Retry-After`` (capped the same way). A refused
+    connection or a 4xx fails at once. ``Usage.wall_ms`` covers every attempt and wait.
+
+    >>> llm = OpenAICompatLLM("http://127.0.0.1:8080", "smollm2")
+    >>> llm.api_base, llm.temperature
+    ('http://127.0.0.1:8080/v1', 0.0)
+    """
+
+    base_url: str
+    """Server URL, e.g. ``http://127.0.0.1:8000/v1``; a bare host gets ``/v1``."""
+    model: str
+    """The ``model`` field of each request (the server's model id)."""
+    api_key: str | None = _option(default=None, repr=False)
+    """Sent as ``Authorization: Bearer``; local servers need none. See :meth:`from_env`."""
+    name: str = _option(default="openai-compat")
+    temperature: float = _option(default=0.0)
+    seed: int | None = _option(default=None)
+    timeout_s: float = _option(default=300.0)
+    """Socket timeout of one attempt (connect, and each read)."""
+    max_attempts: int = _option(default=4, validator=attrs.validators.ge(1))
+    backoff_s: float = _option(default=0.5)
+    max_delay_s: float = _option(default=30.0)
+    jitter: float = _option(default=0.1)
+    complete_via_chat: bool = _option(default=False)
+    """Serve :meth:`complete` through the chat endpoint, for servers without ``/v1/completions``.
+    The prompt becomes one user message, so the chat template is applied to it."""
+    max_stop_sequences: int | None = _option(default=4)
+    """Stop strings sent to the server (OpenAI accepts 4); all of them are applied locally."""
+    extra_body: Mapping[str, Any] = _option(factory=dict, converter=dict)
+    """Server-specific request fields, e.g. ``{"top_k": 1}`` or ``{"cache_prompt": True}``."""
+    key_source: str | None = _option(default=None)
+    """Where the key came from (an environment variable name), for error messages."""
+    sleep: Callable[[float], None] = _option(default=time.sleep, repr=False)
+
+    @classmethod
+    def from_env(
+        cls,
+        base_url: str,
+        model: str,
+        *,
+        api_key_env: str = "OPENAI_API_KEY",
+        env: Mapping[str, str] | None = None,
+        **options: Any,
+    ) -> "OpenAICompatLLM":
+        """Build a backend whose API key is read now from ``env[api_key_env]`` (may be unset).
+
+        >>> OpenAICompatLLM.from_env("http://h:1", "m", api_key_env="K", env={"K": "s"}).api_key
+        's'
+        """
+        env = os.environ if env is None else env
+        key = env.get(api_key_env) or None
+        return cls(base_url, model, api_key=key, key_source=api_key_env, **options)
+
+    @property
+    def api_base(self) -> str:
+        return api_base(self.base_url)
+
+    def cache_identity(self) -> dict[str, Any]:
+        """Everything besides the request itself that decides the output (for response caches)."""
+        return {
+            "model": self.model,
+            "temperature": self.temperature,
+            "seed": self.seed,
+            "complete_via_chat": self.complete_via_chat,
+            "extra_body": self.extra_body,
+        }
+
+    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+        if self.complete_via_chat:
+            return self.chat([ChatMessage("user", prompt)], stop=stop, max_tokens=max_tokens)
+        return self._generate("/completions", {"prompt": prompt}, stop, max_tokens)
+
+    def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+        body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
+        return self._generate("/chat/completions", body, stop, max_tokens)
+
+    def _generate(self, path: str, body: dict[str, Any], stop: Sequence[str], max_tokens: int) -> Completion:
+        body = {**self.extra_body, **body, "model": self.model, "max_tokens": max_tokens, "temperature": self.temperature}
+        if self.seed is not None:
+            body["seed"] = self.seed
+        sent = [s for s in stop if s][: self.max_stop_sequences]
+        if sent:
+            body["stop"] = sent
+        start = time.perf_counter()
+        reply = self._post(path, body)
+        wall_ms = (time.perf_counter() - start) * 1000.0
+        url = self.api_base + path
+        try:
+            choice = reply["choices"][0]
+            raw = choice["message"]["content"] if path == "/chat/completions" else choice["text"]
+        except (KeyError, IndexError, TypeError) as exc:
+            raise LLMError(f"{url}: unexpected response shape ({exc!r}): {json.dumps(reply)[:500]}") from None
+        text, stopped = cut_at_stop(raw or "", stop)
+        finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
+        return Completion(text=text, usage=parse_usage(reply, wall_ms), finish_reason=finish)
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        url = self.api_base + path
+        data = json.dumps(body).encode("utf-8")
+        reasons: list[str] = []
+        retry_after: float | None = None
+        for attempt in range(self.max_attempts):
+            if attempt:
+                self.sleep(self._delay(attempt, retry_after))
+            try:
+                return self._attempt(url, data)
+            except _Retryable as exc:
+                reasons.append(exc.reason)
+                retry_after = exc.retry_after
+        raise LLMError(f"{url}: gave up after {self.max_attempts} attempts; last: {reasons[-1]}")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_delay_s)
+        base = min(self.backoff_s * 2 ** (attempt - 1), self.max_delay_s)
+        return base * (1.0 + self.jitter * random.random())
+
+    def _attempt(self, url: str, data: bytes) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": f"nlqo/{__version__}"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        request = urllib.request.Request(url, data=data, headers=headers, method="POST")
+        try:
+            with _opener(url).open(request, timeout=self.timeout_s) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._http_error(url, exc) from None
+        except urllib.error.URLError as exc:
+            raise _connection_error(url, exc.reason) from None
+        except (ConnectionError, http.client.HTTPException, TimeoutError, socket.timeout) as exc:
+            raise _connection_error(url, exc) from None
+        try:
+            return json.loads(payload)
+        except ValueError:
+            raise LLMError(f"{url}: response is not JSON: {payload[:500]!r}") from None
+
+    def _http_error(self, url: str, exc: urllib.error.HTTPError) -> Exception:
+        try:
+            body = exc.read().decode("utf-8", "replace").strip()
+        except (OSError, http.client.HTTPException):
+            body = ""
+        shown = f"HTTP {exc.code} {exc.reason}: {body[:2000] or '(empty body)'}"
+        if exc.code in RETRY_STATUSES:
+            return _Retryable(shown, _retry_after(exc.headers.get("Retry-After")))
+        if exc.code in (401, 403):
+            where = f"${self.key_source}" if self.key_source else "api_key"
+            shown += f" (API key from {where}: {'set' if self.api_key else 'not set'})"
+        return LLMError(f"{url}: {shown}")
+
+
+def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
+    """Usage from a response's ``usage`` block; cached prompt tokens from
+    ``usage.prompt_tokens_details.cached_tokens`` (OpenAI, vLLM) or ``timings.cache_n``
+    (llama.cpp server). Missing counts read as 0.
+
+    >>> parse_usage({"usage": {"prompt_tokens": 9, "completion_tokens": 3,
+    ...              "prompt_tokens_details": {"cached_tokens": 8}}}, 5.0)
+    Usage(prompt_tokens=9, cached_prompt_tokens=8, generated_tokens=3, wall_ms=5.0, calls=1)
+    """
+    usage = reply.get("usage") or {}
+    prompt = int(usage.get("prompt_tokens") or 0)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    if cached is None:
+        cached = (reply.get("timings") or {}).get("cache_n")
+    return Usage(
+        prompt_tokens=prompt,
+        cached_prompt_tokens=min(int(cached or 0), prompt),
+        generated_tokens=int(usage.get("completion_tokens") or 0),
+        wall_ms=wall_ms,
+        calls=1,
+    )
+
+
+def _opener(url: str) -> urllib.request.OpenerDirector:
+    """An opener that never sends loopback traffic through an environment proxy."""
+    host = urllib.parse.urlsplit(url).hostname or ""
+    if host in _LOOPBACK:
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    return urllib.request.build_opener()
+
+
+def _connection_error(url: str, reason: object) -> Exception:
+    """Classify a transport failure: resets and timeouts retry; the rest fail with the URL."""
+    if isinstance(reason, ConnectionRefusedError):
+        return LLMError(f"cannot connect to {url}: connection refused (is the server running?)")
+    if isinstance(reason, socket.gaierror):
+        return LLMError(f"cannot connect to {url}: unknown host ({reason})")
+    if isinstance(reason, (ConnectionError, http.client.HTTPException, TimeoutError, socket.timeout)):
+        return _Retryable(f"{type(reason).__name__}: {reason}")
+    return LLMError(f"cannot connect to {url}: {reason}")
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date).
+
+    >>> _retry_after("2"), _retry_after(None), _retry_after("soon")
+    (2.0, None, None)
+    """
+    if not value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
