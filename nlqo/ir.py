@@ -1,0 +1,108 @@
+"""The IR: a question as a small program of subject-predicate-object atoms.
+
+Values are immutable; change them with :func:`attrs.evolve`. Text form: :mod:`nlqo.syntax`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Iterator, Union
+
+import attrs
+
+RELATION_KINDS = ("parent", "sibling", "none")
+
+
+@attrs.frozen(order=True)
+class Var:
+    """A variable, written ``?name``."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return "?" + self.name
+
+
+@attrs.frozen(order=True)
+class Const:
+    """A constant, written as a double-quoted string with JSON escapes."""
+
+    text: str
+
+    def __str__(self) -> str:
+        return json.dumps(self.text, ensure_ascii=False)
+
+
+Term = Union[Var, Const]
+
+
+@attrs.frozen
+class Atom:
+    """One atomic query: a subject-predicate-object triple with an id."""
+
+    id: str
+    subject: Term
+    predicate: Term
+    object: Term
+
+    @property
+    def terms(self) -> tuple[Term, Term, Term]:
+        return (self.subject, self.predicate, self.object)
+
+    @property
+    def variables(self) -> frozenset[str]:
+        """Names of the variables the atom mentions."""
+        return frozenset(t.name for t in self.terms if isinstance(t, Var))
+
+    def text(self) -> str:
+        """A plain-language rendering, e.g. ``?band released "Counterparts"`` -> ``?band released Counterparts``.
+
+        >>> Atom("q1", Var("band"), Const("released"), Const("Counterparts")).text()
+        '?band released Counterparts'
+        """
+        return " ".join(str(t) if isinstance(t, Var) else t.text for t in self.terms)
+
+
+@attrs.frozen
+class Relation:
+    """A pinned relation between two atoms.
+
+    ``parent``: ``right``'s answer feeds ``left`` (``right`` is ``left``'s child).
+    ``sibling``: independent parts of one parent. ``none``: unrelated.
+    """
+
+    left: str
+    kind: str = attrs.field(validator=attrs.validators.in_(RELATION_KINDS))
+    right: str
+
+
+@attrs.frozen
+class Query:
+    """A parsed question: atoms, pinned relations and what answers it.
+
+    ``answer`` is a :class:`Var` (the variable whose value answers the question) or the id of the
+    atom whose answer is the answer.
+    """
+
+    atoms: tuple[Atom, ...]
+    answer: Var | str
+    question: str | None = None
+    relations: tuple[Relation, ...] = ()
+
+    def atom(self, atom_id: str) -> Atom:
+        for a in self.atoms:
+            if a.id == atom_id:
+                return a
+        raise KeyError(atom_id)
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(a.id for a in self.atoms)
+
+    def variables(self) -> Iterator[str]:
+        seen: set[str] = set()
+        for a in self.atoms:
+            for t in a.terms:
+                if isinstance(t, Var) and t.name not in seen:
+                    seen.add(t.name)
+                    yield t.name

