@@ -1,0 +1,62 @@
+"""The join graph the search runs on: which node may be whose child, which atoms are siblings.
+
+Node 0 is the synthetic root; atoms are numbered 1..n in query order.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import attrs
+
+from nlqo.ir import Query
+from nlqo.plan import ROOT
+from nlqo.relations import depths
+
+
+@attrs.frozen
+class JoinGraph:
+    ids: tuple[str, ...]
+    """Node ids by index; ``ids[0]`` is :data:`ROOT`."""
+    allowed: tuple[int, ...]
+    """``allowed[p]``: bitmask of nodes that may hang under node ``p``."""
+    siblings: tuple[int, ...]
+    """``siblings[a]``: bitmask of atoms related to ``a`` as siblings."""
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    def index(self, node: str) -> int:
+        return self.ids.index(node)
+
+    def may_attach(self, parent: str, child: str) -> bool:
+        return bool(self.allowed[self.index(parent)] >> self.index(child) & 1)
+
+    def without(self, parent: str, child: str) -> "JoinGraph":
+        """The same graph with one edge forbidden."""
+        p, c = self.index(parent), self.index(child)
+        allowed = list(self.allowed)
+        allowed[p] &= ~(1 << c)
+        return attrs.evolve(self, allowed=tuple(allowed))
+
+
+def join_graph(query: Query, relations: Mapping[tuple[str, str], str]) -> JoinGraph:
+    """Edges: the root over every depth-0 atom; ``a`` over ``b`` where ``a`` is ``b``'s parent."""
+    ids = (ROOT, *query.ids)
+    index = {node: i for i, node in enumerate(ids)}
+    allowed = [0] * len(ids)
+    siblings = [0] * len(ids)
+    for atom_id, d in depths(query).items():
+        if d == 0:
+            allowed[0] |= 1 << index[atom_id]
+    for (a, b), kind in relations.items():
+        ia, ib = index[a], index[b]
+        if kind == "parent":
+            allowed[ia] |= 1 << ib
+        elif kind == "child":
+            allowed[ib] |= 1 << ia
+        elif kind == "sibling":
+            siblings[ia] |= 1 << ib
+            siblings[ib] |= 1 << ia
+    return JoinGraph(ids=ids, allowed=tuple(allowed), siblings=tuple(siblings))

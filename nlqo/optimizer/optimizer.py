@@ -1,0 +1,162 @@
+"""Query in, cheapest logical query tree out.
+
+>>> from nlqo.syntax import parse
+>>> from nlqo.cost import load_cost_model
+>>> q = parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer ?city')
+>>> plan = optimize(q, cost_model=load_cost_model("structural"))
+>>> dict(plan.tree.parent)
+{'q1': 'q2', 'q2': '$root'}
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import attrs
+
+from nlqo.cost import CostContext, CostModel, load_cost_model
+from nlqo.ir import Query
+from nlqo.llm.base import LLM, Usage
+from nlqo.optimizer import dp
+from nlqo.optimizer.graph import JoinGraph, join_graph
+from nlqo.optimizer.greedy import greedy
+from nlqo.optimizer.verify import verify
+from nlqo.passages import Embedder
+from nlqo.plan import ROOT, Cost, Plan, SearchStats, Tree, textualise
+from nlqo.prompts import planning
+from nlqo.relations import RelationCache, Relations, llm_asker, resolve
+from nlqo.rewrite import Rule, load_rules, rewrite
+
+
+@attrs.define(eq=False)
+class Optimizer:
+    """Plans queries under one cost model. Stateless between queries except for the caches."""
+
+    cost_model: CostModel = attrs.field(factory=lambda: load_cost_model("structural"))
+    embedder: Embedder | None = None
+    llm: LLM | None = None
+    """Asked about undecided atom pairs and, with ``context_merge``, about merges."""
+    cache: RelationCache | None = None
+    rules: Sequence[tuple[str, Rule]] | None = None
+    """Rewrite rules (default: ``rules/default.rules``); ``()`` runs none."""
+    budget: int = 100_000
+    """Sub-plan pairs the DP may consider before the greedy fallback."""
+    beam: int = 32
+    """Sub-plans kept per frontier."""
+    context_merge: bool = False
+    """Ask the LLM to confirm LLM-decided edges of the chosen plan, with the plan in the prompt."""
+    max_merge_rounds: int = 3
+
+    def optimize(self, query: Query) -> Plan:
+        started = time.perf_counter()
+        program = rewrite(query, self.rules if self.rules is not None else load_rules())
+        q = program.query
+        relations = resolve(q, ask=llm_asker(self.llm) if self.llm is not None else None, cache=self.cache)
+        graph = join_graph(q, relations.table)
+        ctx = CostContext(q, relations.table, self.embedder)
+        warnings = list(program.warnings)
+        merge_checks = merge_rejections = 0
+        merge_usage = Usage()
+        for _ in range(self.max_merge_rounds + 1):
+            tree, cost, search_stats = self._search(q, graph, ctx)
+            if search_stats.fallback:
+                warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
+            if not (self.context_merge and self.llm is not None):
+                break
+            rejected, checks, usage = self._check_merges(q, tree, relations)
+            merge_checks += checks
+            merge_usage = merge_usage + usage
+            if rejected is None:
+                break
+            merge_rejections += 1
+            warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
+            graph = graph.without(*rejected)
+        placed = {c for c, _ in tree.parent}
+        left_out = tuple(a for a in q.ids if a not in placed)
+        if left_out:
+            warnings.append(f"no valid tree includes {', '.join(left_out)}: planned the largest joinable set")
+        stats = attrs.evolve(
+            search_stats,
+            planning_ms=(time.perf_counter() - started) * 1000,
+            llm_calls=relations.stats.llm_calls + merge_usage.calls,
+            cache_hits=relations.stats.cache_hits,
+            pruned_pairs=relations.stats.pruned_pairs,
+            merge_checks=merge_checks,
+            merge_rejections=merge_rejections,
+        )
+        if self.cache is not None:
+            self.cache.save()
+        plan = Plan(
+            query=q,
+            tree=tree,
+            cost=cost,
+            stats=stats,
+            left_out=left_out,
+            warnings=tuple(warnings),
+            relations=dict(relations.table),
+            relation_source=dict(relations.source),
+        )
+        return verify(plan, graph)
+
+    def _search(self, q: Query, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
+        result = dp.search(graph, budget=self.budget, beam=self.beam)
+        order = graph.ids
+        if result.exhausted:
+            parents = [greedy(graph)]
+        else:
+            parents = [dict(e.parent) for _, e in dp.iter_best(result)] or [{}]
+        best: tuple | None = None
+        for parent in parents:
+            tree = Tree.build(ROOT, {order[c]: order[p] for c, p in parent.items()}, order)
+            cost = self.cost_model.evaluate(tree, ctx)
+            key = (cost.total, tree.parent)
+            if best is None or key < best[0]:
+                best = (key, tree, cost)
+        assert best is not None
+        stats = SearchStats(
+            subsets=result.subsets,
+            pairs=result.pairs,
+            fallback=result.exhausted,
+            method="greedy" if result.exhausted else "dp",
+            candidates=len(parents),
+        )
+        return best[1], best[2], stats
+
+    def _check_merges(self, q: Query, tree: Tree, relations: Relations) -> tuple[tuple[str, str] | None, int, Usage]:
+        """First LLM-decided edge the LLM rejects in context, bottom-up; ``None`` if all pass."""
+        checks, usage = 0, Usage()
+        plan_text = "\n".join(
+            "  " * d + (q.question or "the question" if n == ROOT else q.atom(n).text()) for n, d in tree.preorder()
+        )
+        for child in tree.postorder():
+            if child == ROOT:
+                continue
+            parent = dict(tree.parent)[child]
+            if parent == ROOT:
+                continue
+            pair = (parent, child) if (parent, child) in relations.source else (child, parent)
+            if relations.source.get(pair) in ("pinned", "inferred"):
+                continue
+            key = f"merge\t{plan_text}\t{parent}\t{child}"
+            verdict = self.cache.entries.get(key) if self.cache is not None else None
+            if verdict is None:
+                prompt = planning.MERGE
+                reply = self.llm.chat(  # type: ignore[union-attr]
+                    prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text()),
+                    stop=prompt.stop,
+                    max_tokens=prompt.max_tokens,
+                )
+                checks += 1
+                usage = usage + reply.usage
+                verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"
+                if self.cache is not None:
+                    self.cache.entries[key] = verdict
+            if verdict == "no":
+                return (parent, child), checks, usage
+        return None, checks, usage
+
+
+def optimize(query: Query, **options) -> Plan:
+    """Plan ``query`` with a one-off :class:`Optimizer` built from ``options``."""
+    return Optimizer(**options).optimize(query)

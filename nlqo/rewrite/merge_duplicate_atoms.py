@@ -1,0 +1,49 @@
+"""Merge atoms that state the same triple."""
+
+from __future__ import annotations
+
+import attrs
+
+from nlqo.ir import Atom, Const, Relation
+from nlqo.rewrite import Program
+
+
+def _key(atom: Atom) -> tuple:
+    return tuple(("c", t.text.lower()) if isinstance(t, Const) else ("v", t.name) for t in atom.terms)
+
+
+def merge_duplicate_atoms(program: Program) -> Program:
+    """Keep the first of atoms with the same triple (constants compared case-insensitively).
+
+    Relations and an answer that named a dropped atom now name the kept one.
+
+    >>> from nlqo.syntax import parse
+    >>> q = parse('q1 = (?x, "born in", "Paris")\\nq2 = (?x, "Born in", "paris")\\nanswer q2')
+    >>> p = merge_duplicate_atoms(Program(q))
+    >>> [a.id for a in p.query.atoms], p.query.answer, p.warnings
+    (['q1'], 'q1', ('merged duplicate atom q2 into q1',))
+    """
+    q = program.query
+    first: dict[tuple, str] = {}
+    rename: dict[str, str] = {}
+    atoms = []
+    for a in q.atoms:
+        k = _key(a)
+        if k in first:
+            rename[a.id] = first[k]
+            program = program.warn(f"merged duplicate atom {a.id} into {first[k]}")
+        else:
+            first[k] = a.id
+            atoms.append(a)
+    if not rename:
+        return program
+    relations: list[Relation] = []
+    seen = set()
+    for r in q.relations:
+        left, right = rename.get(r.left, r.left), rename.get(r.right, r.right)
+        if left != right and (left, right) not in seen:
+            seen.add((left, right))
+            relations.append(Relation(left, r.kind, right))
+    answer = rename.get(q.answer, q.answer) if isinstance(q.answer, str) else q.answer
+    query = attrs.evolve(q, atoms=tuple(atoms), relations=tuple(relations), answer=answer)
+    return attrs.evolve(program, query=query)
