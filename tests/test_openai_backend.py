@@ -1,0 +1,281 @@
+"""The OpenAI-compatible backend: request/response handling and retries against stub servers on
+loopback, and generation against a real llama-cpp-python server (``-m server``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Iterator
+
+import pytest
+from llama_server import MODEL_ALIAS, free_port, llama_server_fixture
+
+from nlqo.errors import LLMError
+from nlqo.llm.base import LLM, ChatMessage
+from nlqo.llm.cache import CachedLLM, is_cache_hit
+from nlqo.llm.openai_compat import OpenAICompatLLM
+
+CHAT_OK = {
+    "choices": [{"message": {"role": "assistant", "content": "Paris. And more"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 8}},
+}
+COMPLETE_OK = {"choices": [{"text": " 4, 5", "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+
+
+class Stub:
+    """A loopback HTTP server answering POSTs from a script of (status, headers, body) replies.
+
+    A reply of None drops the connection without answering. The last reply repeats.
+    """
+
+    def __init__(self, replies):
+        self.replies = list(replies)
+        self.requests: list[tuple[str, dict, dict]] = []
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length))
+                n = len(stub.requests)
+                stub.requests.append((self.path, dict(self.headers), body))
+                reply = stub.replies[min(n, len(stub.replies) - 1)]
+                if reply is None:
+                    self.close_connection = True
+                    return
+                status, headers, payload = reply
+                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "Stub":
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def backend(url: str, sleeps: list[float] | None = None, **options) -> OpenAICompatLLM:
+    """A backend that records its backoff waits instead of sleeping."""
+    sleeps = [] if sleeps is None else sleeps
+    return OpenAICompatLLM(url, "stub-model", sleep=sleeps.append, jitter=0.0, **options)
+
+
+def test_is_an_llm():
+    assert isinstance(OpenAICompatLLM("http://127.0.0.1:1", "m"), LLM)
+
+
+def test_chat_request_and_response():
+    with Stub([(200, {}, CHAT_OK)]) as stub:
+        llm = OpenAICompatLLM.from_env(stub.url, "stub-model", api_key_env="MY_KEY", env={"MY_KEY": "sekret"})
+        out = llm.chat([ChatMessage("system", "Be brief."), ChatMessage("user", "Capital of France?")], stop=["."], max_tokens=7)
+    path, headers, body = stub.requests[0]
+    assert path == "/v1/chat/completions"
+    assert headers["Authorization"] == "Bearer sekret"
+    assert body == {
+        "model": "stub-model",
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}],
+        "max_tokens": 7,
+        "temperature": 0.0,
+        "stop": ["."],
+    }
+    assert out.text == "Paris"  # stop strings are also applied locally
+    assert out.finish_reason == "stop"
+    assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens, out.usage.calls) == (12, 8, 4, 1)
+    assert out.usage.wall_ms > 0
+
+
+def test_complete_uses_completions_endpoint():
+    with Stub([(200, {}, COMPLETE_OK)]) as stub:
+        out = backend(stub.url, seed=3, extra_body={"top_k": 1}).complete("1, 2, 3,", max_tokens=2)
+    path, headers, body = stub.requests[0]
+    assert path == "/v1/completions"
+    assert "Authorization" not in headers
+    assert body == {"model": "stub-model", "prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0.0, "seed": 3, "top_k": 1}
+    assert (out.text, out.finish_reason) == (" 4, 5", "length")
+    assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens) == (5, 0, 2)
+
+
+def test_complete_via_chat():
+    with Stub([(200, {}, CHAT_OK)]) as stub:
+        out = backend(stub.url, complete_via_chat=True).complete("Capital of France?")
+    path, _, body = stub.requests[0]
+    assert path == "/v1/chat/completions"
+    assert body["messages"] == [{"role": "user", "content": "Capital of France?"}]
+    assert out.text == "Paris. And more"
+
+
+def test_only_four_stops_are_sent_but_all_apply():
+    reply = {"choices": [{"text": "a b c d e f", "finish_reason": "length"}], "usage": {}}
+    with Stub([(200, {}, reply)]) as stub:
+        out = backend(stub.url).complete("x", stop=["1", "2", "3", "4", " e"])
+    assert stub.requests[0][2]["stop"] == ["1", "2", "3", "4"]
+    assert (out.text, out.finish_reason) == ("a b c d", "stop")
+    assert out.usage.prompt_tokens == 0  # no counts in the usage block read as 0
+
+
+def test_retries_503_then_succeeds():
+    sleeps: list[float] = []
+    with Stub([(503, {}, "busy"), (503, {}, "busy"), (200, {}, CHAT_OK)]) as stub:
+        out = backend(stub.url, sleeps, max_attempts=4, backoff_s=0.01).chat([ChatMessage("user", "hi")])
+    assert len(stub.requests) == 3
+    assert out.text == "Paris. And more"
+    assert sleeps == [0.01, 0.02]  # exponential backoff
+
+
+def test_honours_retry_after():
+    sleeps: list[float] = []
+    with Stub([(429, {"Retry-After": "0"}, {"error": "slow down"}), (200, {}, CHAT_OK)]) as stub:
+        backend(stub.url, sleeps, backoff_s=5.0).chat([ChatMessage("user", "hi")])
+    assert len(stub.requests) == 2
+    assert sleeps == [0.0]
+
+
+def test_retry_after_is_capped():
+    sleeps: list[float] = []
+    with Stub([(429, {"Retry-After": "3600"}, ""), (200, {}, CHAT_OK)]) as stub:
+        backend(stub.url, sleeps, max_delay_s=0.05).chat([ChatMessage("user", "hi")])
+    assert sleeps == [0.05]
+
+
+def test_always_500_gives_up_after_max_attempts():
+    with Stub([(500, {}, "model crashed")]) as stub:
+        with pytest.raises(LLMError) as err:
+            backend(stub.url, max_attempts=3, backoff_s=0.001).chat([ChatMessage("user", "hi")])
+    assert len(stub.requests) == 3
+    message = str(err.value)
+    assert stub.url + "/chat/completions" in message
+    assert "3 attempts" in message and "HTTP 500" in message and "model crashed" in message
+
+
+def test_connection_reset_is_retried():
+    with Stub([None, (200, {}, CHAT_OK)]) as stub:
+        out = backend(stub.url, backoff_s=0.001).chat([ChatMessage("user", "hi")])
+    assert len(stub.requests) == 2
+    assert out.text == "Paris. And more"
+
+
+def test_4xx_fails_at_once_with_server_body():
+    with Stub([(400, {}, {"error": {"message": "max_tokens is too large: 99999"}})]) as stub:
+        with pytest.raises(LLMError) as err:
+            backend(stub.url).chat([ChatMessage("user", "hi")], max_tokens=99999)
+    assert len(stub.requests) == 1
+    assert "HTTP 400" in str(err.value) and "max_tokens is too large: 99999" in str(err.value)
+    assert stub.url in str(err.value)
+
+
+def test_401_names_the_key_variable():
+    with Stub([(401, {}, {"error": "invalid api key"})]) as stub:
+        llm = OpenAICompatLLM.from_env(stub.url, "m", api_key_env="NLQO_TEST_KEY", env={})
+        with pytest.raises(LLMError, match=r"\$NLQO_TEST_KEY: not set"):
+            llm.chat([ChatMessage("user", "hi")])
+
+
+def test_connection_refused_names_the_url():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    sleeps: list[float] = []
+    with pytest.raises(LLMError) as err:
+        backend(url, sleeps).complete("hi")
+    assert f"{url}/completions" in str(err.value)
+    assert "connection refused" in str(err.value)
+    assert sleeps == []
+
+
+def test_malformed_response():
+    with Stub([(200, {}, {"choices": []})]) as stub:
+        with pytest.raises(LLMError, match="unexpected response shape"):
+            backend(stub.url).chat([ChatMessage("user", "hi")])
+
+
+def test_bad_url():
+    with pytest.raises(LLMError, match="not an http"):
+        OpenAICompatLLM("127.0.0.1:8000", "m").complete("hi")
+
+
+# --- against a real server -------------------------------------------------------------------
+
+llama_server = llama_server_fixture()
+
+
+@pytest.fixture(scope="module")
+def real(llama_server: str) -> Iterator[OpenAICompatLLM]:
+    yield OpenAICompatLLM(llama_server, MODEL_ALIAS, timeout_s=120.0)
+
+
+QUESTION = [ChatMessage("user", "What is the capital of France? Answer in one sentence.")]
+
+
+@pytest.mark.server
+def test_real_chat_and_usage(real: OpenAICompatLLM):
+    out = real.chat(QUESTION, max_tokens=24)
+    assert out.text.strip()
+    assert out.usage.calls == 1
+    assert out.usage.prompt_tokens > 5
+    assert 0 < out.usage.generated_tokens <= 24
+    assert out.usage.wall_ms > 0
+
+
+@pytest.mark.server
+def test_real_complete(real: OpenAICompatLLM):
+    out = real.complete("The first three months of the year are January, February and", max_tokens=8)
+    assert out.text.strip()
+    assert out.usage.prompt_tokens > 5
+    assert 0 < out.usage.generated_tokens <= 8
+
+
+@pytest.mark.server
+def test_real_greedy_is_deterministic(real: OpenAICompatLLM):
+    first = real.chat(QUESTION, max_tokens=24)
+    second = real.chat(QUESTION, max_tokens=24)
+    assert first.text == second.text
+    a = real.complete("Once upon a time", max_tokens=16)
+    b = real.complete("Once upon a time", max_tokens=16)
+    assert a.text == b.text
+
+
+@pytest.mark.server
+def test_real_max_tokens_gives_length(real: OpenAICompatLLM):
+    out = real.complete("Write a long story about a dragon.\n\n", max_tokens=5)
+    assert out.finish_reason == "length"
+    assert out.usage.generated_tokens == 5
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("method", ["complete", "chat"])
+def test_real_stop_strings(real: OpenAICompatLLM, method: str):
+    def run(stop):
+        if method == "chat":
+            return real.chat([ChatMessage("user", "List five fruits, separated by commas.")], stop=stop, max_tokens=24)
+        return real.complete("Here is a list of five fruits: apple,", stop=stop, max_tokens=24)
+
+    full = run([]).text
+    words = full.split()
+    assert len(words) >= 3, full
+    stop = words[2]  # a string known to occur in the greedy output
+    cut = run([stop])
+    assert stop not in cut.text
+    assert cut.finish_reason == "stop"
+    assert cut.text == full[: full.index(stop)]
+
+
+@pytest.mark.server
+def test_real_through_cache(real: OpenAICompatLLM, tmp_path):
+    llm = CachedLLM(real, tmp_path)
+    first = llm.chat(QUESTION, max_tokens=12)
+    second = llm.chat(QUESTION, max_tokens=12)
+    assert not is_cache_hit(first) and is_cache_hit(second)
+    assert second.text == first.text
+    assert second.usage.generated_tokens == first.usage.generated_tokens
