@@ -120,7 +120,9 @@ def parse(text: str, *, source: str = "<ir>") -> Query:
 
 
 def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntaxError:
-    label = exc.match_examples(_parser().parse, _ERROR_EXAMPLES, use_accepts=True) or "unexpected input"
+    label = _classify_line(text, getattr(exc, "line", 0)) or exc.match_examples(
+        _parser().parse, _ERROR_EXAMPLES, use_accepts=True
+    ) or "unexpected input"
     if isinstance(exc, lark.UnexpectedCharacters) and text[exc.pos_in_stream : exc.pos_in_stream + 1] == '"':
         label = "unterminated or malformed string (strings are double-quoted, one line, JSON escapes)"
     line = getattr(exc, "line", None) or 1
@@ -133,6 +135,19 @@ def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntax
     caret = " " * (max(column, 1) - 1) + "^"
     message = f"{label}\n  {shown}\n  {caret}"
     return IRSyntaxError(message, line=line, column=column, label=label, text=shown, source=source)
+
+
+def _classify_line(text: str, line: int) -> str | None:
+    """Label an error by parsing its line alone: lark's example matching depends on the parser
+    stack, which is only comparable from the start of a statement."""
+    lines = text.splitlines()
+    if not 0 < line <= len(lines):
+        return None
+    try:
+        _parser().parse(lines[line - 1])
+    except lark.UnexpectedInput as exc:
+        return exc.match_examples(_parser().parse, _ERROR_EXAMPLES, use_accepts=True)
+    return None
 
 
 def _build(statements: list[tuple[str, int, object]], source: str) -> Query:

@@ -99,17 +99,23 @@ def _eval(expr, env: Mapping[str, float]) -> float:
     return a / b if b else math.inf
 
 
-def _render(expr) -> str:
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def _render(expr, outer: int = 0, right: bool = False) -> str:
+    """Expression text with only the parentheses it needs."""
     tag = expr[0]
     if tag == "num":
         return f"{expr[1]:g}"
     if tag == "name":
         return expr[1]
     if tag == "neg":
-        return f"-{_render(expr[1])}"
+        return f"-{_render(expr[1], 3)}"
     if tag == "call":
         return f"{expr[1]}({', '.join(_render(a) for a in expr[2])})"
-    return f"({_render(expr[1])} {tag} {_render(expr[2])})"
+    level = _PRECEDENCE[tag]
+    body = f"{_render(expr[1], level)} {tag} {_render(expr[2], level, right=True)}"
+    return f"({body})" if level < outer or (right and level == outer) else body
 
 
 @attrs.frozen

@@ -1,0 +1,49 @@
+"""``nlqo plan FILE.nlqo``: optimise an IR file and print its EXPLAIN."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nlqo import explain
+from nlqo.cli import common
+from nlqo.cost import CostContext
+from nlqo.syntax import parse
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "plan",
+        help="optimise an IR file and EXPLAIN the plan",
+        description="Parse an IR file, run the rewrite rules and the optimizer, and print the chosen "
+        "logical query tree with its cost terms (text), the stable JSON form, or graphviz DOT.",
+        epilog="Example: nlqo plan examples/counterparts.nlqo --format text --verbose",
+    )
+    p.add_argument("file", type=Path, help="an IR file (.nlqo); '-' reads standard input")
+    p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default: %(default)s)")
+    p.add_argument("--verbose", "-v", action="store_true", help="add the search summary and every pair relation")
+    p.add_argument("--model", metavar="NAME", help="ask this LLM about atom pairs the triples leave undecided (default: treat them as siblings)")
+    p.add_argument("--context-merge", action="store_true", help="with --model: confirm LLM-decided edges with the partial plan in the prompt")
+    common.add_cost_options(p)
+    common.add_search_options(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    source = "<stdin>" if str(args.file) == "-" else str(args.file)
+    text = sys.stdin.read() if source == "<stdin>" else args.file.read_text()
+    query = parse(text, source=source)
+    llm = common.load_llm(args.model) if args.model else None
+    optimizer = common.build_optimizer(args, llm=llm)
+    optimizer.context_merge = bool(args.context_merge)
+    plan = optimizer.optimize(query)
+    ctx = CostContext(plan.query, plan.relations, optimizer.embedder)
+    costs = explain.node_costs(plan, optimizer.cost_model, ctx)
+    if args.format == "json":
+        print(explain.to_json(plan, model=optimizer.cost_model, costs=costs))
+    elif args.format == "dot":
+        print(explain.dot(plan, costs=costs))
+    else:
+        print(explain.text(plan, model=optimizer.cost_model, costs=costs, verbose=args.verbose))
+    return 0
