@@ -1,0 +1,81 @@
+import pytest
+
+from nlqo.cost import CostContext, load_cost_model
+from nlqo.cost.model import CostModel
+from nlqo.errors import CostModelError, ConfigError
+from nlqo.plan import ROOT, Tree
+from nlqo.resources import available
+from nlqo.syntax import parse
+
+Q = parse('q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", "y")\nq4 = (?a, "t", "z")\nanswer ?a')
+ORDER = (ROOT, "q1", "q2", "q3", "q4")
+# root -> q1, q2 -> q3, q4
+TREE = Tree.build(ROOT, {"q1": ROOT, "q2": ROOT, "q4": ROOT, "q3": "q2"}, ORDER)
+CTX = CostContext(Q, {("q1", "q2"): "sibling", ("q1", "q4"): "sibling", ("q2", "q4"): "none", ("q2", "q3"): "parent"})
+
+
+def test_structural_metrics_by_hand():
+    terms = load_cost_model("structural").terms(TREE, CTX)
+    # size 4; edges: 4 tree edges + 2 sibling pairs under the root; depth 2; imbalance |1 - 0| = 1
+    assert terms == {"size": 4.0, "edges": 6.0, "depth": 2.0, "imbalance": 1.0}
+    assert load_cost_model("structural").evaluate(TREE, CTX).total == 2 + 1 - 4 - 6
+
+
+def test_default_model_is_the_paper_formula_with_alpha_10():
+    model = load_cost_model("default")
+    assert model.params == {"alpha": 10.0}
+    assert model.formula() == "depth + imbalance - size - edges - alpha * similarity"
+    assert model.evaluate_values({"depth": 2, "imbalance": 1, "size": 4, "edges": 6, "similarity": 0.5}) == -12.0
+
+
+def test_params_can_be_overridden_and_unknown_ones_are_refused():
+    model = load_cost_model("default").with_params(alpha=1)
+    assert model.evaluate_values({"depth": 0, "imbalance": 0, "size": 0, "edges": 0, "similarity": 0.5}) == -0.5
+    with pytest.raises(CostModelError, match="no parameter"):
+        model.with_params(beta=2)
+
+
+def test_user_metric_registered_by_name():
+    def leaves_under_root(tree, ctx):
+        return float(len(tree.children[ROOT]))
+
+    model = CostModel.parse("cost = 2 * roots - depth", metrics={"roots": leaves_under_root})
+    assert model.evaluate(TREE, CTX).total == 2 * 3 - 2
+
+
+def test_user_cost_file_on_the_search_path(tmp_path, monkeypatch):
+    (tmp_path / "cost_models").mkdir()
+    (tmp_path / "cost_models" / "mine.cost").write_text("param w = 0.5\ncost = w * depth - size\n")
+    monkeypatch.setenv("NLQO_PATH", str(tmp_path))
+    model = load_cost_model("mine")
+    assert model.evaluate(TREE, CTX).total == 0.5 * 2 - 4
+    assert "mine" in available("cost_models", ".cost")
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("cost = depth + nothing", r"1:16: unknown name 'nothing'"),
+        ("param a = 1\ncost = depth *", r"2:14: cannot read the cost model here \(the line ends|2:14: cannot read the cost model here \(the text ends"),
+        ("param a = 1", "no 'cost = ...' statement"),
+        ("cost = sqrt(depth)", "unknown function 'sqrt'"),
+    ],
+)
+def test_bad_cost_files_say_where(text, message):
+    with pytest.raises(CostModelError, match=message):
+        CostModel.parse(text)
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(ConfigError, match="known: .*default.*structural"):
+        load_cost_model("nope")
+
+
+def test_similarity_without_embedder_is_a_clear_error():
+    with pytest.raises(CostModelError, match="needs an embedder"):
+        load_cost_model("default").evaluate(TREE, CTX)
+
+
+def test_cost_rules_are_deterministic():
+    model = load_cost_model("structural")
+    assert model.evaluate(TREE, CTX) == model.evaluate(TREE, CTX)
