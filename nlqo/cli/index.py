@@ -1,0 +1,94 @@
+"""``nlqo index``: build a passage index (dense + BM25) from a corpus."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+
+from nlqo.embed import DEFAULT_EMBEDDER
+from nlqo.index.chunking import Chunking
+from nlqo.index.corpus import ON_ERROR, Fields
+from nlqo.index.dense import KINDS
+
+EPILOG = """\
+corpus formats:
+  .jsonl / .jsonl.gz   one JSON object a line with id, title and text (rename the fields with
+                       --id-field, --title-field, --text-field; title is optional)
+  folder, .txt, .md    every .txt/.md file (recursively) split at paragraphs into windows of
+                       --max-tokens words sharing --overlap words; title = first Markdown
+                       heading or the file name, id = relative path + '#' + chunk number
+
+The index is built in a temporary folder beside DIR and moved into place when complete, so an
+interrupted build leaves the previous index in DIR intact.
+
+examples:
+  nlqo index corpus.jsonl.gz --out idx/
+  nlqo index notes/ --out idx/ --max-tokens 150 --overlap 30 --kind hnsw
+  nlqo index dump.jsonl --out idx/ --id-field doc_id --text-field body --on-error skip
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "index",
+        help="build a passage index (dense + BM25) from a corpus",
+        description="Embed every passage of a corpus and write a FAISS index, a BM25 index, a passage "
+        "store and a manifest into DIR (replacing an index already there only once the new one is complete).",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("source", metavar="SOURCE", help="a .jsonl or .jsonl.gz file, a .txt/.md file, or a folder of them")
+    p.add_argument("--out", "-o", required=True, metavar="DIR", help="index folder to create or replace")
+    p.add_argument("--embedder", default=DEFAULT_EMBEDDER, metavar="NAME",
+                   help=f"bundled name, local sentence-transformers folder, or cached hub id (default: {DEFAULT_EMBEDDER})")
+    p.add_argument("--kind", choices=KINDS, default="flat",
+                   help="FAISS index: exact 'flat' (default), graph 'hnsw', or clustered 'ivf' for large corpora")
+    p.add_argument("--on-error", choices=ON_ERROR, default="fail",
+                   help="bad corpus records: stop at the first ('fail', default) or skip them and report them ('skip')")
+    fields = p.add_argument_group("JSON Lines fields")
+    fields.add_argument("--id-field", default="id", metavar="NAME", help="field holding the passage id (default: id)")
+    fields.add_argument("--title-field", default="title", metavar="NAME", help="field holding the title (default: title)")
+    fields.add_argument("--text-field", default="text", metavar="NAME", help="field holding the text (default: text)")
+    chunks = p.add_argument_group("text files")
+    chunks.add_argument("--max-tokens", type=int, default=Chunking().max_tokens, metavar="N", help="words per chunk (default: %(default)s)")
+    chunks.add_argument("--overlap", type=int, default=Chunking().overlap, metavar="N", help="words shared by consecutive chunks (default: %(default)s)")
+    p.add_argument("--no-title", action="store_true", help="embed and BM25-index the text alone, without the title")
+    p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per embedding batch (default: 64)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nlqo.embed import SentenceEmbedder
+    from nlqo.index.build import build_index
+
+    try:
+        chunking = Chunking(max_tokens=args.max_tokens, overlap=args.overlap)
+    except ValueError as exc:
+        print(f"nlqo index: error: {exc}", file=sys.stderr)
+        return 2
+    embedder = SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="skipped .* bad corpus record")
+        report = build_index(
+            args.source,
+            args.out,
+            embedder,
+            kind=args.kind,
+            fields=Fields(id=args.id_field, title=args.title_field, text=args.text_field),
+            chunking=chunking,
+            on_error=args.on_error,
+            embed_title=not args.no_title,
+            progress=False if args.quiet else True,
+        )
+    for error in report.skipped[:5]:
+        print(f"nlqo index: skipped {error}", file=sys.stderr)
+    if len(report.skipped) > 5:
+        print(f"nlqo index: ... and {len(report.skipped) - 5} more", file=sys.stderr)
+    m = report.manifest
+    print(
+        f"indexed {m.count} passages in {report.seconds:.1f} s ({report.passages_per_second:.1f} passages/s) "
+        f"into {report.path} [{m.kind}, {m.embedder}, dim {m.dim}]; skipped {len(report.skipped)} bad records"
+    )
+    return 0

@@ -1,0 +1,107 @@
+"""``manifest.json``: what an index holds, how it was built, and checksums of its files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import attrs
+
+from nlqo.errors import IndexFileError
+
+FILENAME = "manifest.json"
+FORMAT = "nlqo-index"
+FORMAT_VERSION = 1
+
+
+@attrs.frozen
+class FileEntry:
+    """One file of the index, relative to its folder."""
+
+    path: str
+    size: int
+    sha256: str
+
+    @classmethod
+    def of(cls, folder: Path, rel: str) -> FileEntry:
+        file = folder / rel
+        return cls(path=rel, size=file.stat().st_size, sha256=sha256_file(file))
+
+
+@attrs.frozen
+class Manifest:
+    """Everything needed to open and trust an index."""
+
+    embedder: str
+    """Name the embedder was loaded by (``SentenceEmbedder.name``)."""
+    dim: int
+    count: int
+    """Number of passages (= vectors = BM25 documents)."""
+    kind: str
+    """FAISS index kind: ``flat``, ``hnsw`` or ``ivf``."""
+    source: str
+    created: str
+    """UTC time, ISO 8601."""
+    nlqo_version: str
+    files: tuple[FileEntry, ...] = ()
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    embed_title: bool = True
+    """Whether passages were embedded and BM25-indexed as ``title + newline + text``."""
+    faiss: dict = attrs.field(factory=dict, hash=False)
+    """Search-time FAISS parameters (``nprobe``, ``ef_search``) and build parameters."""
+    skipped: int = 0
+    """Bad corpus records skipped at build time."""
+
+    def to_json(self) -> str:
+        data = {"format": FORMAT, "format_version": FORMAT_VERSION, **attrs.asdict(self)}
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, *, path: str = FILENAME) -> Manifest:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise IndexFileError(f"{path}: not valid JSON ({exc})") from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise IndexFileError(f"{path}: not an nlqo index manifest")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise IndexFileError(
+                f"{path}: index format version {data.get('format_version')} is not supported "
+                f"(this nlqo reads version {FORMAT_VERSION}); rebuild the index with 'nlqo index'"
+            )
+        data.pop("format")
+        data.pop("format_version")
+        try:
+            data["files"] = tuple(FileEntry(**f) for f in data.get("files", ()))
+            return cls(**data)
+        except TypeError as exc:
+            raise IndexFileError(f"{path}: malformed manifest ({exc})") from exc
+
+    @classmethod
+    def read(cls, folder: Path) -> Manifest:
+        file = folder / FILENAME
+        if not file.is_file():
+            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME})")
+        return cls.from_json(file.read_text(encoding="utf-8"), path=str(file))
+
+    def verify(self, folder: Path, *, checksums: bool = True) -> None:
+        """Check that every listed file exists with its size and, if ``checksums``, its SHA-256."""
+        for entry in self.files:
+            file = folder / entry.path
+            if not file.is_file():
+                raise IndexFileError(f"{file}: listed in the manifest but missing; rebuild the index")
+            size = file.stat().st_size
+            if size != entry.size:
+                raise IndexFileError(f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, rebuild it")
+            if checksums and sha256_file(file) != entry.sha256:
+                raise IndexFileError(f"{file}: checksum differs from the manifest; the index is damaged, rebuild it")
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -1,0 +1,139 @@
+"""``Index``: an opened index folder with dense, BM25 and hybrid (RRF) search."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import attrs
+
+from nlqo.errors import IndexFileError
+from nlqo.index import atomic, bm25, dense, store
+from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
+from nlqo.index.manifest import Manifest
+from nlqo.passages import Embedder, Hit, Retriever
+
+HYBRID_DEPTH = 100
+"""How many candidates each side contributes to a hybrid search by default."""
+
+
+@attrs.define(eq=False)
+class Index:
+    """A built index. Open it with ``Index.open(path)``; all searches are thread-safe."""
+
+    path: Path
+    manifest: Manifest
+    store: store.PassageStore = attrs.field(repr=False)
+    dense: object = attrs.field(repr=False)
+    """The FAISS index."""
+    bm25: bm25.Bm25 = attrs.field(repr=False)
+    _embedder: Embedder | None = attrs.field(default=None, repr=False)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def open(cls, path: str | Path, *, embedder: Embedder | str | None = None, verify: bool = True) -> Index:
+        """Open the index in folder ``path``.
+
+        ``embedder``: an ``Embedder``, or a name to load, which must be the one the index was built
+        with; ``None`` loads the manifest's embedder on the first dense search. ``verify`` checks
+        the SHA-256 of every file (sizes are always checked).
+        """
+        path = Path(path)
+        if not path.is_dir():
+            old = atomic.leftovers(path.absolute(), "old")
+            hint = f"; an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)" if old else ""
+            raise IndexFileError(f"{path}: no such index folder{hint}")
+        manifest = Manifest.read(path)
+        manifest.verify(path, checksums=verify)
+        if isinstance(embedder, str):
+            _check_name(manifest, embedder)
+            from nlqo.embed import SentenceEmbedder
+
+            embedder = SentenceEmbedder.load(embedder, prefixes=(manifest.query_prefix, manifest.passage_prefix))
+        if embedder is not None:
+            check_embedder(manifest, embedder)
+        params = dense.DenseParams(**manifest.faiss)
+        return cls(
+            path=path,
+            manifest=manifest,
+            store=store.PassageStore.open(path / store.FILENAME),
+            dense=dense.open_dense(path / dense.FILENAME, params, manifest.dim, manifest.count),
+            bm25=bm25.Bm25.open(path / bm25.DIRNAME, manifest.count),
+            embedder=embedder,
+        )
+
+    def __len__(self) -> int:
+        return self.manifest.count
+
+    @property
+    def embedder(self) -> Embedder:
+        """The index's embedder, loaded on first use when ``open`` was not given one."""
+        with self._lock:
+            if self._embedder is None:
+                from nlqo.embed import SentenceEmbedder
+
+                loaded = SentenceEmbedder.load(self.manifest.embedder, prefixes=(self.manifest.query_prefix, self.manifest.passage_prefix))
+                check_embedder(self.manifest, loaded)
+                self._embedder = loaded
+            return self._embedder
+
+    def search(self, query: str, k: int = 3) -> list[Hit]:
+        """Dense search: the ``k`` passages whose vectors are closest to the query's (cosine)."""
+        return self._hits(self._dense_rows(query, k))
+
+    def bm25_search(self, query: str, k: int = 3) -> list[Hit]:
+        """Lexical search: the ``k`` best BM25 matches (fewer if fewer share a term)."""
+        return self._hits(self.bm25.search(query, k))
+
+    def hybrid_search(self, query: str, k: int = 3, *, depth: int = HYBRID_DEPTH, rrf_k: int = RRF_K) -> list[Hit]:
+        """Reciprocal rank fusion of the top ``max(depth, k)`` dense and BM25 results; score is the RRF score."""
+        depth = max(depth, k)
+        dense_rows = [row for row, _ in self._dense_rows(query, depth)]
+        bm25_rows = [row for row, _ in self.bm25.search(query, depth)]
+        return self._hits(reciprocal_rank_fusion([dense_rows, bm25_rows], k=rrf_k)[:k])
+
+    def retriever(self, mode: str = "hybrid") -> Retriever:
+        """A ``Retriever`` over this index: ``mode`` is ``dense``, ``bm25`` or ``hybrid``."""
+        from nlqo.index.retriever import make_retriever
+
+        return make_retriever(self, mode)
+
+    def get(self, passage_id: str):
+        """The passage with this id, or ``None``."""
+        return self.store.get(passage_id)
+
+    def close(self) -> None:
+        self.store.close()
+
+    def _dense_rows(self, query: str, k: int) -> list[tuple[int, float]]:
+        vector = self.embedder.encode([query], kind="query", progress=False)
+        return dense.search_dense(self.dense, vector, k)[0]
+
+    def _hits(self, ranked: list[tuple[int, float]]) -> list[Hit]:
+        passages = self.store.rows([row for row, _ in ranked])
+        return [Hit(passage=p, score=score, rank=i) for i, (p, (_, score)) in enumerate(zip(passages, ranked), start=1)]
+
+
+def check_embedder(manifest: Manifest, embedder: Embedder) -> None:
+    """Raise ``IndexFileError`` unless ``embedder`` is the one the index was built with."""
+    if embedder.name != manifest.embedder or embedder.dim != manifest.dim:
+        raise IndexFileError(
+            f"this index was built with embedder {manifest.embedder!r} (dimension {manifest.dim}), "
+            f"not {embedder.name!r} (dimension {embedder.dim}); use --embedder {manifest.embedder} or rebuild the index"
+        )
+    own = (getattr(embedder, "query_prefix", None), getattr(embedder, "passage_prefix", None))
+    if None not in own and own != (manifest.query_prefix, manifest.passage_prefix):
+        raise IndexFileError(
+            f"embedder {embedder.name!r} uses prefixes {own}, but the index was built with "
+            f"{(manifest.query_prefix, manifest.passage_prefix)}"
+        )
+
+
+def _check_name(manifest: Manifest, name: str) -> None:
+    from nlqo.embed import canonical_name
+
+    if canonical_name(name) != manifest.embedder:
+        raise IndexFileError(
+            f"this index was built with embedder {manifest.embedder!r}, not {name!r}; "
+            f"use --embedder {manifest.embedder} or rebuild the index"
+        )
