@@ -18,7 +18,7 @@ def add_cost_options(parser: argparse.ArgumentParser) -> None:
 
 def add_search_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("search")
-    group.add_argument("--budget", type=int, default=100_000, help="sub-plan pairs the DP may consider before falling back to greedy (default: %(default)s)")
+    group.add_argument("--budget", type=int, default=50_000, help="sub-plan pairs the DP may consider before falling back to greedy (default: %(default)s)")
     group.add_argument("--beam", type=int, default=32, help="sub-plans kept per DP frontier (default: %(default)s)")
     group.add_argument("--relations-cache", type=Path, metavar="FILE", help="JSON file caching LLM answers about atom pairs across runs")
     group.add_argument("--rules", default="default", metavar="NAME|PATH", help="rewrite-rule list (default: %(default)s; 'none' runs no rules)")

@@ -72,7 +72,7 @@ def _high_bit(mask: int) -> int:
     return mask.bit_length() - 1
 
 
-def search(graph: JoinGraph, *, budget: int = 100_000, beam: int = 32) -> DPResult:
+def search(graph: JoinGraph, *, budget: int = 50_000, beam: int = 32) -> DPResult:
     """Run the DP; ``budget`` caps sub-plan pairs considered, ``beam`` caps each frontier."""
     n = graph.n
     # states[size][(mask, root, childmask)] -> frontier

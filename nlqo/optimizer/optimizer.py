@@ -40,7 +40,7 @@ class Optimizer:
     cache: RelationCache | None = None
     rules: Sequence[tuple[str, Rule]] | None = None
     """Rewrite rules (default: ``rules/default.rules``); ``()`` runs none."""
-    budget: int = 100_000
+    budget: int = 50_000
     """Sub-plan pairs the DP may consider before the greedy fallback."""
     beam: int = 32
     """Sub-plans kept per frontier."""
