@@ -1,0 +1,143 @@
+"""Typed trace records of execution, and the result every strategy returns."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable, Sequence
+
+import attrs
+
+from nlqo.llm.base import Usage
+from nlqo.passages import Hit
+
+
+@attrs.frozen
+class PassageRef:
+    id: str
+    title: str
+    score: float = 0.0
+
+
+@attrs.frozen
+class Step:
+    """One call made while executing: an LLM generation, a retrieval, or a stop decision."""
+
+    node: str
+    """Plan node id (tree), ``hop-N`` (linear), or a strategy-specific label."""
+    kind: str
+    """'llm', 'retrieve' or 'stop'."""
+    wall_ms: float = 0.0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    text: str = ""
+    """Generated text (llm), the query (retrieve), or the reason (stop)."""
+    passages: tuple[PassageRef, ...] = ()
+    terminator_score: float | None = None
+    started_ms: float = 0.0
+    """Start time relative to the beginning of execution (for concurrency checks and timelines)."""
+
+    @classmethod
+    def llm(cls, node: str, usage: Usage, text: str, started_ms: float = 0.0) -> "Step":
+        return cls(
+            node=node,
+            kind="llm",
+            wall_ms=usage.wall_ms,
+            prompt_tokens=usage.prompt_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+            generated_tokens=usage.generated_tokens,
+            text=text,
+            started_ms=started_ms,
+        )
+
+    @classmethod
+    def retrieve(cls, node: str, query: str, hits: Sequence[Hit], wall_ms: float, started_ms: float = 0.0) -> "Step":
+        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+        return cls(node=node, kind="retrieve", wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = attrs.asdict(self)
+        d["passages"] = [attrs.asdict(p) for p in self.passages]
+        return d
+
+
+@attrs.define(eq=False)
+class Trace:
+    """A thread-safe collector of steps, with a clock started at creation."""
+
+    steps: list[Step] = attrs.field(factory=list)
+    on_step: Callable[[Step], None] | None = None
+    """Called after each record (progress lines); must be cheap."""
+    _start: float = attrs.field(factory=time.perf_counter)
+    _lock: threading.Lock = attrs.field(factory=threading.Lock)
+
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self._start) * 1000
+
+    def record(self, step: Step) -> Step:
+        with self._lock:
+            self.steps.append(step)
+        if self.on_step is not None:
+            self.on_step(step)
+        return step
+
+    def freeze(self) -> tuple[Step, ...]:
+        with self._lock:
+            return tuple(self.steps)
+
+
+@attrs.frozen
+class RunResult:
+    """What a strategy returns for one question."""
+
+    question: str
+    answer: str
+    strategy: str
+    supporting: tuple[PassageRef, ...] = ()
+    """Passages the answer rests on (title and id), best first."""
+    trace: tuple[Step, ...] = ()
+    stop_reason: str = ""
+    hops: int = 0
+    planning_ms: float = 0.0
+    execution_ms: float = 0.0
+    plan: Any = None
+    """The logical plan (tree strategies) or None."""
+    physical: Any = None
+    """The physical plan, when the strategy was lowered from one."""
+
+    @property
+    def llm_steps(self) -> list[Step]:
+        return [s for s in self.trace if s.kind == "llm"]
+
+    def stats(self) -> dict[str, Any]:
+        llm = self.llm_steps
+        return {
+            "llm_calls": len(llm),
+            "prompt_tokens": sum(s.prompt_tokens for s in llm),
+            "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
+            "generated_tokens": sum(s.generated_tokens for s in llm),
+            "retrievals": sum(1 for s in self.trace if s.kind == "retrieve"),
+            "hops": self.hops,
+            "stop_reason": self.stop_reason,
+            "planning_ms": self.planning_ms,
+            "execution_ms": self.execution_ms,
+        }
+
+    def retrieved_ids(self) -> list[str]:
+        """Every passage id retrieved during the run, in order, without repeats."""
+        seen: dict[str, None] = {}
+        for s in self.trace:
+            for p in s.passages:
+                seen.setdefault(p.id, None)
+        return list(seen)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "question": self.question,
+            "answer": self.answer,
+            "strategy": self.strategy,
+            "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
+            "stats": self.stats(),
+            "trace": [s.to_dict() for s in self.trace],
+        }
