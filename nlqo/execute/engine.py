@@ -1,0 +1,125 @@
+"""The engine: question -> IR -> logical plan -> physical plan -> answer, with a full trace."""
+
+from __future__ import annotations
+
+import time
+
+import attrs
+
+from nlqo.errors import ParseFailure
+from nlqo.execute.linear import LinearExecutor
+from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
+from nlqo.execute.trace import RunResult, Step, Trace
+from nlqo.execute.tree import TreeExecutor
+from nlqo.llm.base import LLM, Usage
+from nlqo.optimizer import Optimizer
+from nlqo.parser import parse_question
+from nlqo.passages import Embedder, Retriever
+from nlqo.plan import Plan
+
+STRATEGIES = ("auto", "linear", "tree")
+
+
+@attrs.frozen
+class Planned:
+    plan: Plan | None
+    physical: PhysicalPlan | None
+    planning_ms: float
+    error: str | None = None
+
+
+@attrs.define(eq=False)
+class Engine:
+    """Answers questions over one retriever with one LLM. Build once, ask many times."""
+
+    llm: LLM
+    retriever: Retriever
+    embedder: Embedder
+    optimizer: Optimizer
+    linear: LinearExecutor
+    tree: TreeExecutor
+    profile: BackendProfile = BackendProfile()
+    k: int = 3
+
+    @classmethod
+    def create(
+        cls,
+        llm: LLM,
+        retriever: Retriever,
+        embedder: Embedder,
+        *,
+        optimizer: Optimizer | None = None,
+        k: int = 3,
+        tau: float = 0.85,
+        max_hops: int = 10,
+        kv_reuse: bool = True,
+        parallel: bool = True,
+        workers: int | None = None,
+        profile: BackendProfile | None = None,
+    ) -> "Engine":
+        from nlqo.cost import load_cost_model
+
+        optimizer = optimizer or Optimizer(cost_model=load_cost_model("default"), embedder=embedder, llm=llm)
+        profile = profile or attrs.evolve(BackendProfile(), kv_reuse=kv_reuse and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
+        return cls(
+            llm=llm,
+            retriever=retriever,
+            embedder=embedder,
+            optimizer=optimizer,
+            linear=LinearExecutor(llm, retriever, embedder, k=k, tau=tau, max_hops=max_hops, kv_reuse=kv_reuse),
+            tree=TreeExecutor(llm, retriever, k=k, workers=workers, parallel=parallel),
+            profile=profile,
+            k=k,
+        )
+
+    def plan(self, question: str, *, strategy: str = "auto", trace: Trace | None = None) -> Planned:
+        """Parse and optimise; lower unless the strategy needs no plan. Parse failures are reported, not raised."""
+        trace = trace or Trace()
+        started = time.perf_counter()
+        at = trace.now_ms()
+        try:
+            parsed = parse_question(question, self.llm)
+        except ParseFailure as exc:
+            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
+            return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
+        _record_usage(trace, "parse", parsed.usage, parsed.text, at)
+        at = trace.now_ms()
+        plan = self.optimizer.optimize(parsed.query)
+        plan = attrs.evolve(plan, warnings=parsed.warnings + plan.warnings)
+        if plan.stats.llm_calls:
+            trace.record(Step(node="relations", kind="llm", text=f"{plan.stats.llm_calls} relation calls", started_ms=at))
+        physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy)
+        return Planned(plan, physical, (time.perf_counter() - started) * 1000)
+
+    def ask(self, question: str, *, strategy: str = "auto", trace: Trace | None = None) -> RunResult:
+        """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first."""
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+        trace = trace or Trace()
+        if strategy == "linear":
+            return self.linear.run(question, trace=trace, strategy="linear")
+        planned = self.plan(question, strategy=strategy, trace=trace)
+        if planned.physical is None:  # the question could not be parsed: the template needs no plan
+            result = self.linear.run(question, trace=trace, strategy=strategy)
+            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"parse_failed; {result.stop_reason}")
+        physical = planned.physical
+        if physical.operator == "tree":
+            result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
+        else:
+            result = self.linear.run(question, hints=physical.hints, trace=trace, strategy=strategy)
+        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
+
+
+def _record_usage(trace: Trace, node: str, usage: Usage, text: str, at: float) -> None:
+    trace.record(
+        Step(
+            node=node,
+            kind="llm",
+            wall_ms=usage.wall_ms,
+            prompt_tokens=usage.prompt_tokens,
+            cached_prompt_tokens=usage.cached_prompt_tokens,
+            generated_tokens=usage.generated_tokens,
+            text=text,
+            started_ms=at,
+        )
+    )

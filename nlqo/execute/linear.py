@@ -1,0 +1,124 @@
+"""The linear template operator (TSSS: think straight, stop smart).
+
+One growing text on a fixed scaffold. The scaffold's instruction and demonstrations are prefilled
+once per process and reused; each hop appends its fixed segments and the retrieved passages by
+prefill and generates only the sub-question and one evidence sentence. The retriever decides when
+to stop: when a new sub-question is at least ``tau`` similar to the main question or an earlier
+sub-question, the model writes the final answer.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import attrs
+
+from nlqo.execute.terminator import Terminator
+from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.llm.base import LLM
+from nlqo.llm.session import Session, open_session
+from nlqo.passages import Embedder, Hit, Retriever
+from nlqo.prompts.execution import LINEAR, LinearTemplate
+
+
+def short_answer(text: str) -> str:
+    """The answer as exact match wants it: first line, no trailing period or quotes.
+
+    >>> short_answer(' "Cincinnati".\\nMore text')
+    'Cincinnati'
+    """
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line.strip().strip('"').strip("'").rstrip(".").strip()
+
+
+@attrs.define(eq=False)
+class LinearExecutor:
+    llm: LLM
+    retriever: Retriever
+    embedder: Embedder
+    """The retriever's own embedder, used by the terminator."""
+    k: int = 3
+    tau: float = 0.85
+    max_hops: int = 10
+    min_hops: int = 1
+    """Hops run before the terminator may stop (the first sub-question often restates the question)."""
+    kv_reuse: bool = True
+    template: LinearTemplate = LINEAR
+    max_question_tokens: int = 40
+    max_evidence_tokens: int = 60
+    max_answer_tokens: int = 24
+    _prefix: Session | None = None
+
+    def _session(self) -> Session:
+        """A fresh session on the scaffold prefix, which is prefilled once and forked after."""
+        if not self.kv_reuse:
+            return open_session(self.llm, self.template.prefix, kv_reuse=False)
+        if self._prefix is None:
+            self._prefix = open_session(self.llm, self.template.prefix, kv_reuse=True)
+        return self._prefix.fork()
+
+    def run(self, question: str, *, hints: Sequence[str] = (), trace: Trace | None = None, strategy: str = "linear") -> RunResult:
+        trace = trace or Trace()
+        started = time.perf_counter()
+        t = self.template
+        session = self._session()
+        self._append(session, t.main.format(question=question), "scaffold", trace)
+        terminator = Terminator(self.embedder, self.tau)
+        terminator.start(question)
+        facts: list[str] = []
+        supporting: dict[str, PassageRef] = {}
+        stop_reason, hops = "max_hops", 0
+        for hop in range(1, self.max_hops + 1):
+            node = f"hop-{hop}"
+            if hop <= len(hints):
+                self._append(session, t.hint.format(step=hop, atom=hints[hop - 1]), node, trace)
+            self._append(session, t.propose.format(question=question, facts=t.facts_clause(facts)), node, trace)
+            sub = self._generate(session, node, trace, self.max_question_tokens).strip()
+            score = terminator.score(sub) if sub else 1.0
+            if hop > self.min_hops and terminator.should_stop(score) or not sub:
+                trace.record(Step(node=node, kind="stop", text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
+                stop_reason = "terminator" if sub else "empty_question"
+                break
+            hops = hop
+            at = trace.now_ms()
+            t0 = time.perf_counter()
+            hits = self.retriever.search(sub, self.k)
+            step = trace.record(Step.retrieve(node, sub, hits, (time.perf_counter() - t0) * 1000, at))
+            trace.steps[-1] = attrs.evolve(step, terminator_score=score)
+            for h in hits:
+                supporting.setdefault(h.passage.id, PassageRef(h.passage.id, h.passage.title, float(h.score)))
+            self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])), node, trace)
+            evidence = self._generate(session, node, trace, self.max_evidence_tokens).strip()
+            facts.append(evidence)
+            self._append(session, t.after_evidence, node, trace)
+        if not session.text.endswith("\n"):
+            self._append(session, "\n", "answer", trace)
+        self._append(session, t.final.format(question=question), "answer", trace)
+        answer = short_answer(self._generate(session, "answer", trace, self.max_answer_tokens))
+        return RunResult(
+            question=question,
+            answer=answer,
+            strategy=strategy,
+            supporting=tuple(sorted(supporting.values(), key=lambda p: -p.score)[: self.k]),
+            trace=trace.freeze(),
+            stop_reason=stop_reason,
+            hops=hops,
+            execution_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def _append(self, session: Session, text: str, node: str, trace: Trace) -> None:
+        at = trace.now_ms()
+        usage = session.append(text)
+        if usage.prompt_tokens:
+            trace.record(Step(node=node, kind="prefill", wall_ms=usage.wall_ms, prompt_tokens=usage.prompt_tokens, cached_prompt_tokens=usage.cached_prompt_tokens, started_ms=at))
+
+    def _generate(self, session: Session, node: str, trace: Trace, max_tokens: int) -> str:
+        at = trace.now_ms()
+        out = session.generate(stop=("\n",), max_tokens=max_tokens)
+        trace.record(Step.llm(node, out.usage, out.text, at))
+        return out.text
+
+
+def retrieved(hits: Sequence[Hit]) -> list[PassageRef]:
+    return [PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits]

@@ -1,0 +1,64 @@
+"""Sessions: a growing text that fixed segments are appended to and the model continues.
+
+Backends with KV-cache access (the local transformers backend) provide ``llm.session(prefix)``
+that keeps the model state between calls. :class:`TextSession` is the fallback for every other
+backend: it keeps only the text and sends all of it on each generation, so nothing is served from
+a cache (this is also the "KV reuse off" ablation).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, Sequence, runtime_checkable
+
+import attrs
+
+from nlqo.llm.base import LLM, Completion, Usage
+
+
+@runtime_checkable
+class Session(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    def append(self, text: str) -> Usage:
+        """Add fixed text without sampling."""
+        ...
+
+    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 64) -> Completion:
+        """Generate and keep the generated text (without the stop string) in the session."""
+        ...
+
+    def fork(self) -> "Session": ...
+
+
+@attrs.define(eq=False)
+class TextSession:
+    """A session over ``llm.complete``: every generation recomputes the whole prompt."""
+
+    llm: LLM
+    _text: str = ""
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    def append(self, text: str) -> Usage:
+        self._text += text
+        return Usage()
+
+    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 64) -> Completion:
+        out = self.llm.complete(self._text, stop=stop, max_tokens=max_tokens)
+        self._text += out.text
+        return out
+
+    def fork(self) -> "TextSession":
+        return TextSession(self.llm, self._text)
+
+
+def open_session(llm: LLM, prefix: str, *, kv_reuse: bool = True) -> Session:
+    """A KV session when the backend has one and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
+    if kv_reuse and hasattr(llm, "session"):
+        return llm.session(prefix)  # type: ignore[attr-defined]
+    session = TextSession(llm)
+    session.append(prefix)
+    return session

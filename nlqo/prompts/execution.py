@@ -1,0 +1,115 @@
+"""Prompts of execution: the TSSS linear template and the PlanRAG tree-node prompts.
+
+The linear template is plain text that the model continues. Its scaffold is never generated: the
+executor appends each fixed segment and generates only the sub-question, the evidence sentence,
+and the final answer.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from nlqo.prompts import Prompt
+
+
+@attrs.frozen
+class LinearTemplate:
+    """The fixed reasoning scaffold of the linear (TSSS) operator."""
+
+    prefix: str
+    """Instruction and few-shot demonstrations; identical for every question, so prefilled once."""
+    main: str = "Main Question: {question}\n"
+    propose: str = "To answer the Main Question ({question}), {facts}I propose the following additional question:\nQuestion:"
+    facts: str = "using the following facts:\n{lines}\n"
+    hint: str = "(Plan step {step}: {atom})\n"
+    contexts: str = "\nContexts:\n{passages}\nBased on the contexts,"
+    after_evidence: str = "\n"
+    final: str = "So the answer to the Main Question ({question}) is:"
+    passage: str = "[{n}] {title}: {text}"
+    passage_words: int = 80
+    """Passages are cut to this many words in the prompt."""
+
+    def facts_clause(self, facts: list[str]) -> str:
+        if not facts:
+            return ""
+        return self.facts.format(lines="\n".join(f"- {f}" for f in facts))
+
+    def render_passages(self, passages) -> str:
+        lines = []
+        for n, p in enumerate(passages, 1):
+            words = p.text.split()
+            text = " ".join(words[: self.passage_words]) + (" ..." if len(words) > self.passage_words else "")
+            lines.append(self.passage.format(n=n, title=p.title, text=text))
+        return "\n".join(lines)
+
+
+_DEMO_Q = "In which city was the director of the film Jaws born?"
+_DEMO = f"""Main Question: {_DEMO_Q}
+To answer the Main Question ({_DEMO_Q}), I propose the following additional question:
+Question: Who directed the film Jaws?
+Contexts:
+[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg and based on the 1974 novel by Peter Benchley.
+[2] Jaws 2: Jaws 2 is a 1978 American thriller film directed by Jeannot Szwarc.
+Based on the contexts, the film Jaws was directed by Steven Spielberg.
+To answer the Main Question ({_DEMO_Q}), using the following facts:
+- the film Jaws was directed by Steven Spielberg.
+I propose the following additional question:
+Question: In which city was Steven Spielberg born?
+Contexts:
+[1] Steven Spielberg: Steven Allan Spielberg (born December 18, 1946) is an American filmmaker. He was born in Cincinnati, Ohio.
+[2] Spielberg (film): Spielberg is a 2017 documentary about Steven Spielberg.
+Based on the contexts, Steven Spielberg was born in Cincinnati.
+To answer the Main Question ({_DEMO_Q}), using the following facts:
+- the film Jaws was directed by Steven Spielberg.
+- Steven Spielberg was born in Cincinnati.
+I propose the following additional question:
+Question: {_DEMO_Q}
+So the answer to the Main Question ({_DEMO_Q}) is: Cincinnati
+
+"""
+
+LINEAR = LinearTemplate(
+    prefix="Answer the Main Question step by step. At each step propose one additional question that "
+    "retrieves a missing fact, read the contexts, and state the fact they give in one sentence. When the "
+    "facts are enough, propose the Main Question itself, then give a short answer (a name, date, number, "
+    "or yes/no), not a sentence.\n\n" + _DEMO,
+)
+
+REWRITE = Prompt(
+    name="tree-rewrite",
+    instruction="Rewrite a fact to look up as one short, self-contained question. Replace every "
+    "?variable whose value is given in the known answers by that value. Write only the question.",
+    template="Main question: {question}\nKnown answers:\n{known}\nFact to look up: {atom}\nQuestion:",
+    examples=(
+        (
+            "Main question: In which city was the director of Jaws born?\nKnown answers:\n(none)\n"
+            "Fact to look up: ?director directed Jaws\nQuestion:",
+            "Who directed the film Jaws?",
+        ),
+        (
+            "Main question: In which city was the director of Jaws born?\nKnown answers:\n"
+            "- Who directed the film Jaws? Steven Spielberg\nFact to look up: ?director born in ?city\nQuestion:",
+            "In which city was Steven Spielberg born?",
+        ),
+    ),
+    stop=("\n",),
+    max_tokens=40,
+)
+
+ANSWER = Prompt(
+    name="tree-answer",
+    instruction="Answer the question from the contexts and the known answers. Reply with a short "
+    "answer only (a name, date, number, or yes/no), not a sentence.",
+    template="Contexts:\n{passages}\n{known}Question: {question}\nAnswer:",
+    examples=(
+        (
+            "Contexts:\n[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg.\n"
+            "Question: Who directed the film Jaws?\nAnswer:",
+            "Steven Spielberg",
+        ),
+    ),
+    stop=("\n",),
+    max_tokens=24,
+)
+
+KNOWN = "Known answers:\n{lines}\n"
