@@ -1,0 +1,178 @@
+"""Execution with a scripted LLM: scheduler order and concurrency, the linear loop, lowering."""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pytest
+
+from fakes import PASSAGES, HashEmbedder, KeywordRetriever
+from nlqo.cost import load_cost_model
+from nlqo.execute.engine import Engine
+from nlqo.execute.linear import LinearExecutor
+from nlqo.execute.lower import BackendProfile, lower, shape
+from nlqo.execute.terminator import Terminator, max_similarity
+from nlqo.execute.tree import TreeExecutor
+from nlqo.llm import ScriptedLLM
+from nlqo.optimizer import Optimizer
+from nlqo.plan import ROOT
+from nlqo.syntax import parse
+
+OLDER = parse(
+    'question "Who was born first, Ada Lovelace or Charles Babbage?"\n'
+    'q1 = ("Ada Lovelace", "born on", ?d1)\nq2 = ("Charles Babbage", "born on", ?d2)\n'
+    'q3 = (?first, "born before", ?d1)\nq4 = (?first, "born before", ?d2)\n'
+    "relation q1 sibling q2\nrelation q3 sibling q4\nanswer ?first"
+)
+CHAIN = parse(
+    'question "In which city was the director of Jaws born?"\n'
+    'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
+)
+
+
+def structural_plan(query):
+    return Optimizer(cost_model=load_cost_model("structural")).optimize(query)
+
+
+class NodeLLM:
+    """Replies 'Q(atom)' to rewrites and 'A(question)' to answers; records the order of calls."""
+
+    name = "node-llm"
+
+    def __init__(self, barrier: threading.Barrier | None = None):
+        self.events: list[tuple[str, str]] = []
+        self.lock = threading.Lock()
+        self.barrier = barrier
+
+    def chat(self, messages, *, stop=(), max_tokens=32):
+        from nlqo.llm.base import Completion, Usage
+
+        text = messages[-1].content
+        if "Fact to look up:" in text:
+            atom = text.split("Fact to look up: ")[1].split("\n")[0]
+            with self.lock:
+                self.events.append(("start", atom))
+            if self.barrier is not None and "born on" in atom:
+                self.barrier.wait(timeout=10)
+            return Completion(f"Q({atom})", Usage(prompt_tokens=10, generated_tokens=3, calls=1))
+        question = re.findall(r"Question: (.*)\nAnswer:", text)[-1]
+        with self.lock:
+            self.events.append(("done", question))
+        return Completion(f"A({question})", Usage(prompt_tokens=20, generated_tokens=2, calls=1))
+
+
+def test_tree_runs_children_before_parents_and_feeds_their_answers():
+    plan = structural_plan(OLDER)
+    llm = NodeLLM()
+    result = TreeExecutor(llm, KeywordRetriever(PASSAGES), k=2).run(plan)
+    done = [q for kind, q in llm.events if kind == "done"]
+    starts = [a for kind, a in llm.events if kind == "start"]
+    for child, parent in plan.tree.parent:
+        if parent == ROOT:
+            continue
+        child_q = f"Q({plan.query.atom(child).text()})"
+        parent_start = llm.events.index(("start", plan.query.atom(parent).text()))
+        assert llm.events.index(("done", child_q)) < parent_start
+    assert len(starts) == 4 and len(done) == 5
+    assert result.answer == "A(Who was born first, Ada Lovelace or Charles Babbage?)"
+    assert result.hops == 4
+    root_answer = [s for s in result.trace if s.node == ROOT and s.kind == "retrieve"][0]
+    assert "A(Q(Ada Lovelace born on ?d1))" not in root_answer.text  # the root retrieves with child answers...
+    assert "A(Q(?first born before ?d1)" in root_answer.text  # ...of its own children
+
+
+def test_tree_runs_independent_nodes_concurrently():
+    plan = structural_plan(OLDER)
+    # the two leaves meet at a barrier: with one worker this would time out
+    llm = NodeLLM(barrier=threading.Barrier(2))
+    TreeExecutor(llm, KeywordRetriever(PASSAGES), workers=2).run(plan)
+    assert len([e for e in llm.events if e[0] == "start"]) == 4
+
+
+def test_tree_one_at_a_time_when_parallel_is_off():
+    plan = structural_plan(OLDER)
+    llm = NodeLLM(barrier=threading.Barrier(2))
+    with pytest.raises(threading.BrokenBarrierError):
+        TreeExecutor(llm, KeywordRetriever(PASSAGES), parallel=False).run(plan)
+
+
+def test_terminator_math():
+    assert max_similarity(np.array([1.0, 0.0]), np.array([[0.6, 0.8], [0.0, 1.0]])) == pytest.approx(0.6)
+    t = Terminator(HashEmbedder(), tau=0.85)
+    t.start("who directed jaws")
+    assert t.score("who directed jaws") == pytest.approx(1.0)
+    assert t.score("where was steven spielberg born") < 0.5
+    assert t.should_stop(0.85) and not t.should_stop(0.84)
+
+
+def linear_llm():
+    """Proposes two sub-questions, then repeats the main question."""
+
+    def reply(prompt: str) -> str:
+        if prompt.rstrip().endswith("Question:"):
+            n = prompt.count("Based on the contexts,") - 2  # two in the demonstration
+            return [" Who directed the film Jaws?", " Where was Steven Spielberg born?"][n] if n < 2 else " In which city was the director of Jaws born?"
+        if prompt.rstrip().endswith("Based on the contexts,"):
+            return " Steven Spielberg directed Jaws." if "directed the film Jaws?" in prompt.split("Main Question: In which city was the director of Jaws born?\n")[-1][-400:] else " Spielberg was born in Cincinnati."
+        return " Cincinnati.\nextra"
+
+    return ScriptedLLM([("", reply)])
+
+
+def test_linear_loop_stops_on_the_terminator_and_answers():
+    llm = linear_llm()
+    retriever = KeywordRetriever(PASSAGES)
+    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False).run("In which city was the director of Jaws born?")
+    assert result.answer == "Cincinnati"
+    assert result.hops == 2 and result.stop_reason == "terminator"
+    assert retriever.queries == ["Who directed the film Jaws?", "Where was Steven Spielberg born?"]
+    stop = [s for s in result.trace if s.kind == "stop"][0]
+    assert stop.terminator_score >= 0.85
+    assert all(s.terminator_score is not None and s.terminator_score < 0.85 for s in result.trace if s.kind == "retrieve")
+    # the scaffold is never generated: every generation is a sub-question, an evidence sentence or the answer
+    generated = [s.text for s in result.trace if s.kind == "llm"]
+    assert len(generated) == 2 * 2 + 2
+    assert not any("To answer the Main Question" in g for g in generated)
+    assert {p.id for p in result.supporting} <= {"p1", "p2", "p5"}
+
+
+def test_linear_hop_cap():
+    llm = ScriptedLLM([("Question:$", [" q one", " q two", " q three", " q four"]), ("", " x")])
+    result = LinearExecutor(llm, KeywordRetriever(PASSAGES), HashEmbedder(), max_hops=3, kv_reuse=False).run("main")
+    assert result.hops == 3 and result.stop_reason == "max_hops"
+
+
+def test_lowering_by_shape_and_backend():
+    chain, older = structural_plan(CHAIN), structural_plan(OLDER)
+    assert shape(chain) == "chain" and shape(older) == "branching"
+    local = BackendProfile(concurrency=1, kv_reuse=True)
+    server = BackendProfile(concurrency=8, kv_reuse=False, prefill_ms_per_token=0.2, decode_ms_per_token=20)
+    assert lower(chain, local).operator == "linear"
+    assert lower(older, server).operator == "tree"
+    assert "branching plan" in lower(older, server).reason
+    assert lower(older, local, force="tree").operator == "tree"
+    assert lower(chain, local).hints == ("?d directed Jaws", "?d born in ?city")
+
+
+def test_engine_auto_plans_lowers_and_runs():
+    ir = 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
+
+    def reply(prompt: str) -> str:
+        if "Rewrite the question as atomic queries" in prompt or "nlqo IR" in prompt:
+            return ir
+        if "Fact to look up" in prompt or "Answer:" in prompt[-10:]:
+            return "Steven Spielberg"
+        return linear_llm()._reply(prompt)
+
+    llm = ScriptedLLM([("", reply)])
+    # costed as a local backend with KV reuse: the chain goes to the linear template
+    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile())
+    result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
+    assert result.physical.operator == "linear"
+    assert result.plan is not None and dict(result.plan.tree.parent) == {"q1": "q2", "q2": ROOT}
+    assert "(Plan step 1: ?d directed Jaws)" in llm.calls[-1]
+    assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
+    tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
+    assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
