@@ -1,0 +1,348 @@
+"""A local transformers model behind the :class:`~nlqo.llm.base.LLM` interface, with KV-cache sessions.
+
+Decoding is greedy: one forward pass over the uncomputed prompt tokens, then one per generated
+token, stopping at an end-of-sequence token, a stop string or ``max_tokens``.
+
+Two ways to avoid recomputing prompt tokens:
+
+* a **prefix cache** of KV states keyed by token ids (LRU, ``prefix_cache_size`` entries). A call
+  reuses the longest common prefix of any entry (cropped copy), so prompts that share an
+  instruction and few-shot block compute it once. ``complete(..., prefix_cache=True)`` uses it;
+* a **session** (:class:`Session`): a token sequence plus its live KV state. ``append`` adds fixed
+  text without sampling, ``generate`` continues it greedily and keeps the generated tokens,
+  ``fork`` copies it. The model sees exactly ``session.token_ids``, so the output is the one
+  plain generation gives for the same token ids.
+
+Usage accounting: every ``generate``/``complete``/``chat`` returns a :class:`~nlqo.llm.base.Usage`
+whose ``prompt_tokens`` is the whole context the model conditioned on and
+``cached_prompt_tokens`` the part whose KV state already existed (prefix cache or the session's
+earlier steps). Sums over calls therefore compare directly with plain, uncached calls.
+Only ``generate``-type calls compute anything; ``append`` and ``fork`` are bookkeeping.
+
+One lock serializes all model work, so a thread pool may share one instance; a single
+:class:`Session` belongs to one thread at a time.
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import inspect
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+import torch
+
+from nlqo.errors import LLMError, ModelNotAvailable
+from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the common prefix of two token sequences.
+
+    >>> _common_prefix((1, 2, 3), [1, 2, 4, 5])
+    2
+    """
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _crop(cache: Any, length: int) -> None:
+    """Drop KV entries beyond the first ``length`` tokens, in place."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+@attrs.define(eq=False)
+class TransformersLLM:
+    """A causal LM from transformers, greedy, thread-safe, with prefix caching and sessions.
+
+    Build it with :meth:`load` (a local model directory) or
+    :func:`nlqo.models.load_local` (bundled names, GGUF files, hub ids).
+    """
+
+    model: Any
+    tokenizer: Any
+    name: str = "local"
+    prefix_cache_size: int = 8
+    """How many prefix KV states to keep (least recently used are dropped)."""
+    total: Usage = Usage()
+    """Running sum of the usage of every call."""
+    _prefixes: collections.OrderedDict = attrs.field(init=False, factory=collections.OrderedDict)
+    _lock: Any = attrs.field(init=False, factory=threading.RLock)
+    _eos: frozenset = attrs.field(init=False, default=frozenset())
+    _forward_kwargs: dict = attrs.field(init=False, factory=dict)
+    _cache_arg: str = attrs.field(init=False, default="past_key_values")
+
+    def __attrs_post_init__(self) -> None:
+        eos: set[int] = set()
+        for value in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                eos.add(value)
+            elif value:
+                eos.update(int(v) for v in value)
+        self._eos = frozenset(eos)
+        params = inspect.signature(self.model.forward).parameters
+        self._forward_kwargs = {"use_cache": True}
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
+        if "logits_to_keep" in params:
+            self._forward_kwargs["logits_to_keep"] = 1
+
+    @classmethod
+    def load(cls, path: str | Path, *, name: str | None = None, dtype: Any = None, prefix_cache_size: int = 8) -> "TransformersLLM":
+        """Load a transformers model directory offline (float32 unless ``dtype`` says otherwise)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise ModelNotAvailable(f"cannot load a model from {path}: {exc}") from exc
+        model.eval()
+        return cls(model, tokenizer, name=name or Path(path).name, prefix_cache_size=prefix_cache_size)
+
+    # --- text <-> tokens ---------------------------------------------------------------------
+
+    def encode(self, text: str, *, special: bool = False) -> list[int]:
+        """Token ids of ``text``; ``special`` adds the tokenizer's BOS/EOS as a prompt would."""
+        return list(self.tokenizer(text, add_special_tokens=special)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def format_chat(self, messages: Sequence[ChatMessage], *, add_generation_prompt: bool = True) -> str:
+        """``messages`` rendered with the model's own chat template."""
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise LLMError(f"model {self.name} has no chat template; use complete()")
+        rows = [{"role": m.role, "content": m.content} for m in messages]
+        return self.tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=add_generation_prompt)
+
+    # --- the LLM protocol --------------------------------------------------------------------
+
+    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
+        """Continue raw ``prompt`` (tokenized with the tokenizer's special tokens, like a prompt)."""
+        return self.generate_ids(self.encode(prompt, special=True), stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+
+    def chat(
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+    ) -> Completion:
+        """Answer ``messages`` formatted with the model's chat template."""
+        ids = self.encode(self.format_chat(messages))
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+
+    def generate_ids(
+        self, ids: Sequence[int], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+    ) -> tuple[Completion, tuple[int, ...]]:
+        """Continue exactly the token sequence ``ids``; also return the generated token ids.
+
+        With ``prefix_cache`` the longest cached prefix is reused and this prompt's KV state is
+        remembered for later calls; without it every prompt token is computed.
+        """
+        ids = list(ids)
+        with self._lock, torch.inference_mode():
+            start = time.perf_counter()
+            cache, cached = self._lookup(ids) if prefix_cache else (None, 0)
+            remember = len(ids) if prefix_cache else 0
+            generated, text, finish = self._generate(ids, cache, cached, stop, max_tokens, remember)
+            usage = self._account(len(ids), cached, len(generated), start)
+        return Completion(text, usage, finish), tuple(generated)
+
+    # --- sessions ----------------------------------------------------------------------------
+
+    def session(self, prefix: str = "", *, special: bool = True, cache_prefix: bool = True) -> "Session":
+        """A session starting with ``prefix`` (tokenized like a prompt when ``special``).
+
+        With ``cache_prefix`` the prefix's KV state goes into the prefix cache at the first
+        ``generate`` and is reused by every later session (or ``complete(prefix_cache=True)``)
+        that starts with the same tokens.
+        """
+        ids = self.encode(prefix, special=special)
+        return Session(self, ids, len(ids) if cache_prefix else 0)
+
+    def clear_prefix_cache(self) -> None:
+        with self._lock:
+            self._prefixes.clear()
+
+    def cached_prefixes(self) -> tuple[int, ...]:
+        """Token counts of the prefix-cache entries, least recently used first."""
+        with self._lock:
+            return tuple(len(k) for k in self._prefixes)
+
+    # --- internals (call with the lock held, in inference mode) --------------------------------
+
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    def _forward(self, cache: Any, ids: Sequence[int]) -> torch.Tensor:
+        """Feed ``ids`` after the tokens already in ``cache``; the logits of the last position."""
+        out = self.model(input_ids=torch.tensor([list(ids)], dtype=torch.long), **{self._cache_arg: cache}, **self._forward_kwargs)
+        return out.logits[0, -1]
+
+    def _lookup(self, ids: Sequence[int]) -> tuple[Any, int]:
+        """A private copy of the cached KV state of the longest cached prefix of ``ids``.
+
+        At least one token is left uncached, since generation needs the logits of the last one.
+        """
+        best_key, best = None, 0
+        for key in self._prefixes:
+            n = _common_prefix(key, ids)
+            if n > best:
+                best_key, best = key, n
+        reuse = min(best, len(ids) - 1)
+        if best_key is None or reuse <= 0:
+            return None, 0
+        self._prefixes.move_to_end(best_key)
+        cache = copy.deepcopy(self._prefixes[best_key])
+        _crop(cache, reuse)
+        return cache, reuse
+
+    def _remember(self, ids: tuple[int, ...], cache: Any) -> None:
+        if ids in self._prefixes:
+            self._prefixes.move_to_end(ids)
+            return
+        if self.prefix_cache_size <= 0:
+            return
+        self._prefixes[ids] = copy.deepcopy(cache)
+        while len(self._prefixes) > self.prefix_cache_size:
+            self._prefixes.popitem(last=False)
+
+    def _generate(
+        self, ids: list[int], cache: Any, cached: int, stop: Sequence[str], max_tokens: int, remember: int
+    ) -> tuple[list[int], str, str]:
+        """Greedy continuation of ``ids``, whose first ``cached`` tokens are in ``cache``.
+
+        ``cache`` is extended in place (it ends holding all but the last generated token). When
+        ``remember`` exceeds ``cached``, the KV state of ``ids[:remember]`` is stored in the
+        prefix cache on the way.
+        """
+        if not ids:
+            raise LLMError(f"{self.name}: nothing to continue, the prompt is empty")
+        if max_tokens <= 0:
+            return [], "", "length"
+        if cache is None:
+            cache, cached = self._new_cache(), 0
+        logits = None
+        if remember > cached:
+            logits = self._forward(cache, ids[cached:remember])
+            self._remember(tuple(ids[:remember]), cache)
+            cached = remember
+        if cached < len(ids):
+            logits = self._forward(cache, ids[cached:])
+        generated: list[int] = []
+        while True:
+            token = int(torch.argmax(logits))
+            generated.append(token)
+            if token in self._eos:
+                return generated, self.decode(generated[:-1]), "stop"
+            text, hit = cut_at_stop(self.decode(generated), stop)
+            if hit:
+                return generated, text, "stop"
+            if len(generated) >= max_tokens:
+                return generated, text, "length"
+            logits = self._forward(cache, [token])
+
+    def _account(self, prompt: int, cached: int, generated: int, start: float) -> Usage:
+        usage = Usage(
+            prompt_tokens=prompt,
+            cached_prompt_tokens=cached,
+            generated_tokens=generated,
+            wall_ms=(time.perf_counter() - start) * 1000.0,
+            calls=1,
+        )
+        self.total = self.total + usage
+        return usage
+
+
+@attrs.define(eq=False)
+class Session:
+    """A token sequence with its live KV state; see the module docstring.
+
+    Made by :meth:`TransformersLLM.session`. ``usage`` sums this session's ``generate`` calls
+    (a fork starts from zero).
+    """
+
+    llm: TransformersLLM
+    _ids: list[int]
+    _prefix_len: int
+    """Tokens of the fixed prefix to store in the prefix cache (0: do not)."""
+    _cache: Any = None
+    """KV state of all but (at least) the last token, or None before the first generate."""
+    usage: Usage = Usage()
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Everything the model has seen or will see next, generated tokens included."""
+        return tuple(self._ids)
+
+    @property
+    def text(self) -> str:
+        return self.llm.decode(self._ids)
+
+    @property
+    def cached_tokens(self) -> int:
+        """How many of the tokens have a computed KV state."""
+        return 0 if self._cache is None else self._cache.get_seq_length()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def append(self, text: str) -> tuple[int, ...]:
+        """Add fixed ``text`` (tokenized on its own, no special tokens); return its token ids.
+
+        Nothing is computed until the next :meth:`generate`, which prefills only the new tokens.
+        """
+        return self.append_ids(self.llm.encode(text))
+
+    def append_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
+        ids = tuple(int(i) for i in ids)
+        self._ids.extend(ids)
+        return ids
+
+    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+        """Continue greedily; the generated tokens (stop text and end token included) stay in
+        the session, the returned text is cut before the stop string."""
+        llm = self.llm
+        with llm._lock, torch.inference_mode():
+            start = time.perf_counter()
+            n = len(self._ids)
+            remember = 0
+            if self._cache is None:
+                self._cache, cached = llm._lookup(self._ids)
+                if self._cache is None:
+                    self._cache = llm._new_cache()
+                remember = self._prefix_len
+            cached = self._cache.get_seq_length()
+            generated, text, finish = llm._generate(self._ids, self._cache, cached, stop, max_tokens, remember)
+            self._ids.extend(generated)
+            usage = llm._account(n, cached, len(generated), start)
+        self.usage = self.usage + usage
+        return Completion(text, usage, finish)
+
+    def fork(self) -> "Session":
+        """An independent copy (tokens and KV state) to continue differently."""
+        with self.llm._lock, torch.inference_mode():
+            cache = None if self._cache is None else copy.deepcopy(self._cache)
+        return Session(self.llm, list(self._ids), self._prefix_len, cache)
+
+    def truncate(self, length: int) -> None:
+        """Forget every token after the first ``length`` (e.g. to roll back a generation)."""
+        if not 0 <= length <= len(self._ids):
+            raise ValueError(f"cannot truncate a session of {len(self._ids)} tokens to {length}")
+        del self._ids[length:]
+        self._prefix_len = min(self._prefix_len, length)
+        if self._cache is not None:
+            if length == 0:
+                self._cache = None
+            else:
+                with self.llm._lock, torch.inference_mode():
+                    _crop(self._cache, min(self._cache.get_seq_length(), length - 1))

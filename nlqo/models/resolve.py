@@ -1,0 +1,134 @@
+"""Turn what a user typed (a bundled name, a folder, a .gguf file, a hub id) into a local model folder.
+
+Everything resolves to a transformers model directory (``config.json``, safetensors, tokenizer)
+that loads with ``local_files_only=True``: bundled models and GGUF files are verified and
+converted once into the cache (see :mod:`nlqo.models.convert`); hub ids are looked up in the
+local Hugging Face cache only, since nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from pathlib import Path
+
+import attrs
+
+from nlqo.errors import ModelNotAvailable
+from nlqo.models.convert import convert_gguf, is_converted, models_dir, read_marker
+from nlqo.models.parts import assemble, locate
+from nlqo.models.registry import BUNDLED, BundledModel
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class Origin(enum.Enum):
+    BUNDLED = "bundled"
+    DIRECTORY = "directory"
+    GGUF = "gguf"
+    HUB = "hub"
+
+
+@attrs.frozen
+class ResolvedModel:
+    """A model ready to load offline from ``path``."""
+
+    name: str
+    """The bundled name, or the path / hub id as given."""
+    path: Path
+    """A transformers model directory."""
+    origin: Origin
+    sha256: str | None = None
+    """SHA-256 of the source GGUF, for bundled models."""
+    converted_now: bool = False
+    """Whether this call ran the one-time conversion."""
+
+
+def bundled_dir(model: BundledModel, root: Path | None = None) -> Path:
+    """Where the converted ``model`` lives in the cache (the hash keeps releases apart)."""
+    return models_dir(root) / f"{model.name}-{model.sha256[:12]}"
+
+
+def gguf_dir(path: Path, root: Path | None = None) -> Path:
+    """Where a user's GGUF file is converted to, keyed by its path, size and mtime."""
+    path = path.resolve()
+    stat = path.stat()
+    key = hashlib.sha1(f"{path}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    stem = re.sub(r"[^\w.-]", "_", path.stem)
+    return models_dir(root) / f"gguf-{stem}-{key}"
+
+
+def resolve_model(
+    name_or_path: str | Path,
+    *,
+    cache_dir: Path | None = None,
+    registry: tuple[BundledModel, ...] = BUNDLED,
+    progress: bool = True,
+) -> ResolvedModel:
+    """Resolve a bundled model name, a model directory, a ``.gguf`` file or a cached hub id.
+
+    ``cache_dir`` overrides the cache root (``$NLQO_CACHE``, else ``~/.cache/nlqo``).
+    Raises :class:`~nlqo.errors.ModelNotAvailable` with what to do next.
+    """
+    text = str(name_or_path)
+    for model in registry:
+        if model.name == text:
+            return _bundled(model, cache_dir, progress)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        return _directory(text, path, cache_dir, progress, Origin.DIRECTORY)
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ModelNotAvailable(f"{text}: not a model directory or a .gguf file")
+        return _gguf(text, path, cache_dir, progress)
+    if _HUB_ID.match(text):
+        return _hub(text, cache_dir, progress)
+    known = ", ".join(m.name for m in registry)
+    raise ModelNotAvailable(
+        f"unknown model {text!r} (known: {known}); "
+        "or give a local model directory, a .gguf file, or a Hugging Face id already in the local cache"
+    )
+
+
+def _bundled(model: BundledModel, root: Path | None, progress: bool) -> ResolvedModel:
+    dest = bundled_dir(model, root)
+    if is_converted(dest) and read_marker(dest).get("sha256") == model.sha256:
+        return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256)
+    locate(model)  # fail early, naming the missing packages
+    info = {"name": model.name, "sha256": model.sha256, "requirements": list(model.requirements())}
+    convert_gguf(lambda staging: assemble(model, staging, progress=progress), dest, label=model.name, info=info, progress=progress)
+    return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256, converted_now=True)
+
+
+def _directory(name: str, folder: Path, root: Path | None, progress: bool, origin: Origin) -> ResolvedModel:
+    if (folder / "config.json").is_file():
+        return ResolvedModel(name, folder, origin)
+    ggufs = sorted(folder.glob("*.gguf"))
+    if len(ggufs) == 1:
+        return attrs.evolve(_gguf(name, ggufs[0], root, progress), origin=origin)
+    found = "several .gguf files" if ggufs else "neither config.json nor a .gguf file"
+    raise ModelNotAvailable(f"{name}: not a model directory ({folder} holds {found})")
+
+
+def _gguf(name: str, path: Path, root: Path | None, progress: bool) -> ResolvedModel:
+    dest = gguf_dir(path, root)
+    if is_converted(dest):
+        return ResolvedModel(name, dest, Origin.GGUF)
+    info = {"name": name, "file": str(path.resolve()), "size": path.stat().st_size}
+    convert_gguf(lambda staging: path, dest, label=path.name, info=info, progress=progress)
+    return ResolvedModel(name, dest, Origin.GGUF, converted_now=True)
+
+
+def _hub(repo_id: str, root: Path | None, progress: bool) -> ResolvedModel:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True)
+    except (LocalEntryNotFoundError, HFValidationError, OSError) as exc:
+        raise ModelNotAvailable(
+            f"{repo_id!r} is neither a bundled model, a local path, nor in the local Hugging Face cache "
+            f"(nlqo never downloads at run time): {type(exc).__name__}"
+        ) from None
+    return _directory(repo_id, Path(folder), root, progress, Origin.HUB)
