@@ -1,0 +1,140 @@
+"""Question files: JSON Lines (optionally gzipped) with ``id``, ``question``, ``answers`` and more.
+
+The shape is that of ``../shared/data`` (see its README): ``answers`` lists the gold answer first,
+then aliases; ``supporting_titles`` names the gold passages. A file whose gold answers are all
+yes or no (StrategyQA) is a yes/no set, scored after mapping predictions to yes/no.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+import attrs
+
+from nlqo.errors import CorpusError
+
+OPEN = "open"
+YES_NO = "yes/no"
+_YES_NO_WORDS = frozenset({"yes", "no"})
+
+
+@attrs.frozen
+class Question:
+    """One question with its gold answers (first = canonical) and gold supporting titles."""
+
+    id: str
+    question: str
+    answers: tuple[str, ...]
+    type: str = ""
+    supporting_titles: tuple[str, ...] = ()
+
+    @property
+    def is_yes_no(self) -> bool:
+        """Whether every gold answer is yes or no.
+
+        >>> Question("1", "Is it?", ("Yes",)).is_yes_no, Question("2", "Who?", ("Rush",)).is_yes_no
+        (True, False)
+        """
+        return all(a.strip().lower().rstrip(".") in _YES_NO_WORDS for a in self.answers)
+
+
+@attrs.frozen
+class QuestionSet:
+    """The questions of one file, in file order. Read it with ``QuestionSet.load``."""
+
+    name: str
+    """The file name without ``.jsonl[.gz]``, e.g. ``hotpotqa_dev_199``."""
+    path: str
+    questions: tuple[Question, ...]
+    kind: str
+    """``open`` or ``yes/no`` (every gold answer of the file is yes or no)."""
+    sha256: str = ""
+    """Of the file's bytes, so a resumed run can tell the file changed."""
+
+    @classmethod
+    def load(cls, path: str | Path, *, limit: int | None = None) -> QuestionSet:
+        """Read ``path``; keep the first ``limit`` questions. Bad lines are errors naming file and line."""
+        path = Path(path)
+        questions = tuple(_read(path, limit))
+        if not questions:
+            raise CorpusError("no questions", path=str(path))
+        kind = YES_NO if all(q.is_yes_no for q in questions) else OPEN
+        return cls(name=dataset_name(path), path=str(path.absolute()), questions=questions, kind=kind, sha256=_sha256(path))
+
+    def __len__(self) -> int:
+        return len(self.questions)
+
+
+def dataset_name(path: str | Path) -> str:
+    """The file name without its JSON Lines suffixes.
+
+    >>> dataset_name("../shared/data/hotpotqa_dev_199.jsonl.gz")
+    'hotpotqa_dev_199'
+    """
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
+def parse_question(record: Any) -> Question:
+    """A ``Question`` from one decoded record; ``answers`` may also be a string or ``answer``.
+
+    >>> parse_question({"id": 7, "question": "Who?", "answer": "Rush", "supporting_titles": ["A", "A", "B"]})
+    Question(id='7', question='Who?', answers=('Rush',), type='', supporting_titles=('A', 'B'))
+    """
+    if not isinstance(record, dict):
+        raise ValueError("a record must be a JSON object")
+    missing = [f for f in ("id", "question") if f not in record]
+    answers = record.get("answers", record.get("answer"))
+    if answers is None:
+        missing.append("answers")
+    if missing:
+        raise ValueError(f"missing field(s): {', '.join(missing)}")
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    answers = [str(a) for a in answers if str(a).strip()]
+    if not answers:
+        raise ValueError("no gold answer")
+    titles = dict.fromkeys(str(t) for t in record.get("supporting_titles") or ())
+    return Question(
+        id=str(record["id"]),
+        question=str(record["question"]),
+        answers=tuple(answers),
+        type=str(record.get("type") or ""),
+        supporting_titles=tuple(titles),
+    )
+
+
+def _read(path: Path, limit: int | None) -> Iterator[Question]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    if limit is not None and limit <= 0:
+        return
+    count = 0
+    try:
+        with opener(path, "rt", encoding="utf-8") as fh:
+            for line_no, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    yield parse_question(json.loads(line))
+                except ValueError as exc:  # JSONDecodeError is a ValueError
+                    raise CorpusError(str(exc), path=str(path), line=line_no) from exc
+                count += 1
+                if limit is not None and count >= limit:
+                    return
+    except FileNotFoundError as exc:
+        raise CorpusError("no such question file", path=str(path)) from exc
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        raise CorpusError(f"cannot read: {exc}", path=str(path)) from exc
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

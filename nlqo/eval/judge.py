@@ -1,0 +1,40 @@
+"""LLM-judge accuracy: a second model says whether a prediction means the same as a gold answer."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+from nlqo.eval.metrics import yes_no
+from nlqo.llm.base import LLM
+from nlqo.prompts import Prompt
+from nlqo.prompts.baselines import JUDGE
+
+
+@attrs.define(eq=False)
+class LLMJudge:
+    """Grades predictions with ``llm`` (any backend: a bigger local model, a server, a scripted double).
+
+    >>> from nlqo.llm.scripted import ScriptedLLM
+    >>> judge = LLMJudge(ScriptedLLM([("Predicted answer: Toronto", "No."), ("Predicted answer", "Yes")]))
+    >>> judge.grade("Where?", ["Montreal, Quebec"], "Montreal"), judge.grade("Where?", ["Montreal"], "Toronto")
+    (True, False)
+    >>> judge.grade("Where?", ["Montreal"], "  ")
+    False
+    """
+
+    llm: LLM
+    prompt: Prompt = JUDGE
+
+    @property
+    def name(self) -> str:
+        return getattr(self.llm, "model", None) or self.llm.name
+
+    def grade(self, question: str, golds: Sequence[str], prediction: str) -> bool:
+        """Whether the judge accepts ``prediction``; an empty prediction is wrong without asking."""
+        if not prediction.strip():
+            return False
+        messages = self.prompt.messages(question=question, gold=" | ".join(golds), prediction=prediction.strip())
+        reply = self.llm.chat(messages, stop=self.prompt.stop, max_tokens=self.prompt.max_tokens)
+        return yes_no(reply.text) == "yes"

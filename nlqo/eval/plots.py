@@ -1,0 +1,87 @@
+"""PNG plots of a run, drawn with matplotlib's object API (no pyplot, no global backend switch)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+PLOTS = ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def em_vs_seconds(summary: dict[str, Any], path: Path) -> Path:
+    """EM (%) against mean seconds per question, one labelled point per strategy."""
+    fig = _figure(6.4, 4.4)
+    ax = fig.subplots()
+    for name in summary["strategies"]:
+        r = summary["results"][name]
+        if r["seconds"] is None or r["em"] is None:
+            continue
+        ax.scatter(r["seconds"], 100 * r["em"], s=40)
+        ax.annotate(name, (r["seconds"], 100 * r["em"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.set_xlabel("seconds per question (mean)")
+    ax.set_ylabel("EM (%)")
+    ax.set_title(f"{summary['dataset']}: EM vs time (n={summary['n']})")
+    ax.grid(alpha=0.3)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def tokens_per_question(summary: dict[str, Any], rows: dict[str, Sequence[dict[str, Any]]], path: Path) -> Path:
+    """Generated tokens per question (box plot) and mean prompt tokens computed vs from cache."""
+    names = summary["strategies"]
+    fig = _figure(max(6.4, 1.1 * len(names) + 2), 4.6)
+    left, right = fig.subplots(1, 2)
+    left.boxplot([[r["generated_tokens"] for r in rows[n]] or [0] for n in names])
+    left.set_xticks(range(1, len(names) + 1), names)
+    left.set_title("generated tokens per question")
+    computed = [summary["results"][n]["computed_prompt_tokens"] or 0 for n in names]
+    cached = [summary["results"][n]["cached_prompt_tokens"] or 0 for n in names]
+    right.bar(names, computed, label="computed")
+    right.bar(names, cached, bottom=computed, label="from cache")
+    right.set_title("prompt tokens per question (mean)")
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.tick_params(axis="x", labelrotation=45, labelsize=8)
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle(f"{summary['dataset']} (n={summary['n']})")
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def hops_histogram(summary: dict[str, Any], path: Path) -> Path:
+    """Questions per hop count (retrievals), grouped bars per strategy."""
+    names = summary["strategies"]
+    hops = sorted({int(h) for n in names for h in summary["results"][n]["hops_histogram"]}) or [0]
+    fig = _figure(max(6.4, 0.6 * len(hops) * max(1, len(names)) / 2 + 3), 4.4)
+    ax = fig.subplots()
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        counts = summary["results"][name]["hops_histogram"]
+        ax.bar([h + (i - (len(names) - 1) / 2) * width for h in hops], [counts.get(str(h), 0) for h in hops], width, label=name)
+    ax.set_xticks(hops)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("hops (retrievals) per question")
+    ax.set_ylabel("questions")
+    ax.set_title(f"{summary['dataset']}: hops (n={summary['n']})")
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def write_plots(summary: dict[str, Any], rows: dict[str, Sequence[dict[str, Any]]], folder: Path) -> list[Path]:
+    """Write the three plots into ``folder``; return their paths (named as in ``PLOTS``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        em_vs_seconds(summary, folder / PLOTS[0]),
+        tokens_per_question(summary, rows, folder / PLOTS[1]),
+        hops_histogram(summary, folder / PLOTS[2]),
+    ]

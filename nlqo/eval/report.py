@@ -1,0 +1,189 @@
+"""Generate ``docs/benchmarks.md`` from bench result folders (never edited by hand).
+
+The generated part sits between ``<!-- BEGIN bench-report -->`` and ``<!-- END bench-report -->``;
+text outside the markers is kept. Plots are copied to ``docs/benchmarks/<run>/``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any, Sequence
+
+import attrs
+
+from nlqo.errors import ConfigError
+from nlqo.eval.plots import PLOTS
+from nlqo.eval.runner import SUMMARY
+from nlqo.eval.summary import differences_table, markdown_table
+from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
+from nlqo.strategies.baselines import BASELINES
+
+BLOCK = "bench-report"
+BASELINE_NAMES = ("standard-rag", "iter-retgen", "ircot", "self-ask")
+"""The retrieval baselines the targets compare ``auto`` with."""
+MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
+PROMPTS = {"no-rag": (NO_RAG,), "standard-rag": (STANDARD_RAG,), "iter-retgen": (STANDARD_RAG,), "ircot": (IRCOT,), "self-ask": (SELF_ASK,)}
+
+
+def load_run(folder: str | Path) -> dict[str, Any]:
+    """The summary of a result folder (its ``meta`` holds ``run.json``)."""
+    path = Path(folder) / SUMMARY
+    if not path.is_file():
+        raise ConfigError(f"{folder}: no {SUMMARY}; run 'nlqo bench ... --out {folder}' first")
+    summary = json.loads(path.read_text(encoding="utf-8"))
+    summary["folder"] = str(Path(folder))
+    return summary
+
+
+def targets(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) rows of the issue's targets for one run.
+
+    >>> s = {"results": {"auto": {"em": 0.3, "seconds": 2.0, "generated_tokens": 10.0},
+    ...                  "ircot": {"em": 0.25, "seconds": 5.0, "generated_tokens": 40.0}}}
+    >>> [row[2] for row in targets(s)]
+    ['met', 'not measured', 'met', 'met']
+    """
+    results = summary["results"]
+    auto = results.get("auto")
+    if auto is None:
+        return [("auto is part of the run", "no auto results", "not measured")]
+    rows = []
+    baselines = {n: results[n]["em"] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
+    if baselines:
+        best = max(baselines, key=baselines.get)
+        rows.append(("auto EM >= best of standard-rag, iter-retgen, ircot, self-ask",
+                     f"auto {100 * auto['em']:.1f} vs {best} {100 * baselines[best]:.1f}",
+                     _verdict(auto["em"] >= baselines[best])))  # fmt: skip
+    else:
+        rows.append(("auto EM >= best retrieval baseline", "no baseline results", "not measured"))
+    for other, limit in (("iter-retgen", 0.35), ("ircot", 0.5)):
+        if other in results and results[other]["seconds"]:
+            ratio = auto["seconds"] / results[other]["seconds"]
+            rows.append((f"auto s/question <= {limit}x {other}", f"{ratio:.2f}x ({auto['seconds']:.2f} s vs {results[other]['seconds']:.2f} s)", _verdict(ratio <= limit)))
+        else:
+            rows.append((f"auto s/question <= {limit}x {other}", f"no {other} results", "not measured"))
+    multi = {n: results[n]["generated_tokens"] for n in MULTI_STEP if n in results and results[n]["generated_tokens"] is not None}
+    fewest = min(multi, key=multi.get)
+    rows.append(("auto: fewest generated tokens of the multi-step strategies",
+                 ", ".join(f"{n} {v:.1f}" for n, v in multi.items()),
+                 _verdict(multi["auto"] <= multi[fewest])))  # fmt: skip
+    return rows
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def _machine(meta: dict[str, Any]) -> str:
+    m = meta.get("machine") or {}
+    return f"{m.get('cpus', '?')} CPUs, {m.get('memory_gib', '?')} GiB, {m.get('platform', '?')}"
+
+
+def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
+    slug = Path(summary["folder"]).resolve().name
+    target = docs.parent / "benchmarks" / slug
+    target.mkdir(parents=True, exist_ok=True)
+    links = []
+    for name in PLOTS:
+        source = Path(summary["folder"]) / name
+        if source.is_file():
+            shutil.copyfile(source, target / name)
+            links.append(f"![{summary['dataset']} {name[:-4]}](benchmarks/{slug}/{name})")
+    return links
+
+
+def run_section(summary: dict[str, Any], docs: Path) -> str:
+    """One run: setup, results table, EM differences, targets and plots."""
+    meta = summary["meta"]
+    against = "auto" if "auto" in summary["strategies"] else None
+    command = meta.get("command")
+    lines = [
+        f"### {summary['dataset']} ({Path(summary['folder']).name}): {summary['n']} questions",
+        "",
+        f"- model `{meta.get('model', '?')}`, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
+        f"- machine: {_machine(meta)}; nlqo {meta.get('nlqo_version', '?')}",
+        f"- run started {meta.get('started', '?')}, finished {meta.get('finished', '?')}",
+    ]
+    if command:
+        lines.append(f"- reproduce: `{shlex.join(command)}`")
+    if summary["pending"]:
+        lines.append(f"- {summary['pending']} question(s) not finished by every strategy are left out")
+    lines += ["", markdown_table(summary), "EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
+    lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary)]
+    lines += ["", *_copy_plots(summary, docs), ""]
+    return "\n".join(lines)
+
+
+def baselines_section() -> str:
+    """How each baseline works, what it follows, its limits and its prompts (from the code)."""
+    lines = ["## Baselines", "", "Generated from `nlqo/strategies/baselines.py` and `nlqo/prompts/baselines.py`.", ""]
+    for name, cls in BASELINES.items():
+        doc = inspect.cleandoc(cls.__doc__ or "")
+        limits = [f"{a.name}={a.default}" for a in attrs.fields(cls) if a.name not in ("llm", "retriever")]
+        lines += [f"### {name}", "", doc, "", f"Defaults: {', '.join(limits)}.", ""]
+        for prompt in PROMPTS.get(name, ()):
+            lines += _prompt_block(prompt)
+    return "\n".join(lines)
+
+
+def _prompt_block(prompt) -> list[str]:
+    if isinstance(prompt, TextPrompt):
+        kind, body = "raw completion", prompt.template
+    else:
+        kind, body = "chat", f"[system]\n{prompt.instruction}\n\n[user]\n{prompt.template}"
+    stops = ", ".join(repr(s) for s in prompt.stop) or "none"
+    return [
+        f"<details><summary>prompt <code>{prompt.name}</code> ({kind}; stop {stops}; at most {prompt.max_tokens} tokens)</summary>",
+        "",
+        "```text",
+        body,
+        "```",
+        "</details>",
+        "",
+    ]
+
+
+def render_report(folders: Sequence[str | Path], docs: Path) -> str:
+    """The generated Markdown for ``folders`` (plots copied beside ``docs``)."""
+    runs = [load_run(f) for f in folders]
+    lines = [
+        "Generated by `nlqo bench --report` from result folders; do not edit by hand. Percentages for EM, F1, Acc, "
+        "judge and evidence recall; 'all gold retrieved' is the share of questions whose every gold supporting "
+        "passage (by title) was retrieved at some point of the run, 'gold retrieved' the mean share of gold passages retrieved.",
+        "",
+        "## Runs",
+        "",
+        "| dataset | folder | n | strategies | model | date |",
+        "|---|---|---|---|---|---|",
+    ]
+    for s in runs:
+        lines.append(
+            f"| {s['dataset']} | {Path(s['folder']).name} | {s['n']} | {', '.join(s['strategies'])} "
+            f"| {s['meta'].get('model', '?')} | {s['meta'].get('started', '?')} |"
+        )
+    lines += ["", "## Results", ""]
+    lines += [run_section(s, docs) for s in runs]
+    lines.append(baselines_section())
+    return "\n".join(lines)
+
+
+def write_report(folders: Sequence[str | Path], docs: str | Path = "docs/benchmarks.md") -> Path:
+    """Write the generated block of ``docs`` from ``folders``; keep anything outside the markers."""
+    docs = Path(docs)
+    docs.parent.mkdir(parents=True, exist_ok=True)
+    body = render_report(folders, docs)
+    begin, end = f"<!-- BEGIN {BLOCK} -->", f"<!-- END {BLOCK} -->"
+    block = f"{begin}\n{body.rstrip()}\n{end}"
+    text = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        text = head + block + rest.split(end, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    docs.write_text(text, encoding="utf-8")
+    return docs

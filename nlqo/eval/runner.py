@@ -1,0 +1,233 @@
+"""The bench loop: every strategy on the same questions, interleaved, resumable.
+
+Files in the output folder: ``run.json`` (what was run, on what, where, when), ``records.jsonl``
+(one record per question and strategy, appended as it goes), ``summary.json``, ``results.md`` and
+the plots. Running again into the same folder resumes: finished (question, strategy) pairs are
+skipped, and a folder holding a run of another model, index, question file or top-k is refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import attrs
+
+from nlqo import __version__
+from nlqo.errors import ConfigError, NlqoError
+from nlqo.eval.datasets import YES_NO, QuestionSet
+from nlqo.eval.judge import LLMJudge
+from nlqo.eval.plots import write_plots
+from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
+from nlqo.eval.summary import complete_rows, differences_table, markdown_table, summarize
+from nlqo.strategies import Strategy
+
+RUN = "run.json"
+SUMMARY = "summary.json"
+TABLE = "results.md"
+IDENTITY = ("questions_sha256", "model", "embedder", "retrieval", "k", "corpus_sha256", "index")
+"""``run.json`` fields that must match for a run to resume in the same folder."""
+
+
+def interleave(n_questions: int, names: Sequence[str]) -> list[tuple[int, str]]:
+    """(question index, strategy) pairs: all strategies per question, the order rotating by question.
+
+    >>> interleave(3, ["a", "b", "c"])
+    [(0, 'a'), (0, 'b'), (0, 'c'), (1, 'b'), (1, 'c'), (1, 'a'), (2, 'c'), (2, 'a'), (2, 'b')]
+    """
+    out = []
+    for i in range(n_questions):
+        shift = i % len(names) if names else 0
+        out += [(i, name) for name in [*names[shift:], *names[:shift]]]
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """The machine a run ran on."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):
+        memory = None
+    return {
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "memory_gib": None if memory is None else round(memory, 1),
+        "python": platform.python_version(),
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+@attrs.define(eq=False)
+class Bench:
+    """Runs ``strategies`` (display name -> strategy, in report order) over ``questions`` into ``out``."""
+
+    questions: QuestionSet
+    strategies: Mapping[str, Strategy]
+    out: Path = attrs.field(converter=Path)
+    meta: Mapping[str, Any] = attrs.field(factory=dict)
+    """Model, embedder, retrieval mode, k, index, command line: recorded in ``run.json``."""
+    seed: int = 0
+    """Seed of the bootstrap intervals."""
+    jobs: int = 1
+    """Questions run at once by joblib threads; 1 (default) for timing runs."""
+    judge: LLMJudge | None = None
+    progress: bool = True
+    clock: Callable[[], float] = time.perf_counter
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.strategies)
+
+    def run(self) -> dict[str, Any]:
+        """Run what is missing, then write the summary, table and plots; return the summary."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        info = self._start()
+        path = self.out / RECORDS
+        wanted = {(q.id, n) for q in self.questions.questions for n in self.names}
+        earlier = [r for r in read_records(path) if (r["qid"], r["strategy"]) in wanted]
+        done = {(r["qid"], r["strategy"]) for r in earlier}
+        todo = [(i, n) for i, n in interleave(len(self.questions), self.names) if (self.questions.questions[i].id, n) not in done]
+        running = _RunningEM(self.names, earlier)
+        with _bar(len(done), len(wanted), self.questions.name, self.progress) as bar:
+            for records in self._execute(todo):
+                append_records(path, records)
+                running.add(records)
+                bar.update(len(records))
+                bar.set_postfix_str(running.text(), refresh=False)
+        return self.finish(info)
+
+    def finish(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
+        """(Re)write ``summary.json``, ``results.md`` and the plots from the records on disk."""
+        info = info if info is not None else json.loads((self.out / RUN).read_text(encoding="utf-8"))
+        info["finished"] = _now()
+        _write_json(self.out / RUN, info)
+        records = read_records(self.out / RECORDS)
+        summary = summarize(records, self.questions, self.names, seed=self.seed, meta=info)
+        _write_json(self.out / SUMMARY, summary)
+        (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
+        write_plots(summary, complete_rows(records, self.questions, self.names), self.out)
+        return summary
+
+    def run_one(self, index: int, name: str) -> dict[str, Any]:
+        """Run strategy ``name`` on question ``index``; its record (a failed run is a wrong answer with ``error``)."""
+        question = self.questions.questions[index]
+        result, error = None, None
+        started = self.clock()
+        try:
+            result = self.strategies[name].run(question.question)
+        except NlqoError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        seconds = self.clock() - started
+        judged = None
+        if self.judge is not None:
+            judged = self.judge.grade(question.question, question.answers, result.answer if result else "")
+        return make_record(
+            question, index, name, result, seconds, yes_no_question=self.questions.kind == YES_NO, judge=judged, error=error
+        )
+
+    def _execute(self, todo: list[tuple[int, str]]) -> Iterator[list[dict[str, Any]]]:
+        if self.jobs <= 1:
+            for index, name in todo:
+                yield [self.run_one(index, name)]
+            return
+        from joblib import Parallel, delayed
+
+        groups: dict[int, list[str]] = {}
+        for index, name in todo:
+            groups.setdefault(index, []).append(name)
+
+        def question(index: int, names: list[str]) -> list[dict[str, Any]]:
+            return [self.run_one(index, name) for name in names]
+
+        parallel = Parallel(n_jobs=self.jobs, backend="threading", return_as="generator_unordered")
+        yield from parallel(delayed(question)(index, names) for index, names in groups.items())
+
+    def _start(self) -> dict[str, Any]:
+        """Write ``run.json``, or check that the one already there describes the same setup."""
+        info = {
+            "dataset": self.questions.name,
+            "questions_file": self.questions.path,
+            "questions_sha256": self.questions.sha256,
+            "kind": self.questions.kind,
+            "limit": len(self.questions),
+            "strategies": self.names,
+            "seed": self.seed,
+            "jobs": self.jobs,
+            "judge": None if self.judge is None else self.judge.name,
+            **self.meta,
+            "machine": machine(),
+            "nlqo_version": __version__,
+        }
+        path = self.out / RUN
+        if path.exists():
+            old = json.loads(path.read_text(encoding="utf-8"))
+            for key in IDENTITY:
+                if key in old and key in info and old[key] != info[key]:
+                    raise ConfigError(
+                        f"{self.out} holds a run with {key}={old[key]!r}, not {info[key]!r}; "
+                        "use another --out folder (or delete this one) to start a new run"
+                    )
+            info["started"] = old.get("started", _now())
+            info["resumed"] = [*old.get("resumed", []), _now()]
+        else:
+            info["started"] = _now()
+        _write_json(path, info)
+        return info
+
+
+def render_results(summary: dict[str, Any]) -> str:
+    """``results.md``: the run's table, EM differences and plots."""
+    meta = summary["meta"]
+    lines = [
+        f"# {summary['dataset']}: {summary['n']} questions",
+        "",
+        f"model `{meta.get('model', '?')}`, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, "
+        f"top-k {meta.get('k', '?')}; started {meta.get('started', '?')}",
+        "",
+        markdown_table(summary),
+        "EM differences (paired bootstrap, 95%):",
+        "",
+        differences_table(summary),
+        *[f"![{name}]({name})" for name in ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")],
+    ]
+    if summary["pending"]:
+        lines.insert(2, f"{summary['pending']} question(s) not finished by every strategy are left out.\n")
+    return "\n".join(lines) + "\n"
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+class _RunningEM:
+    """EM so far per strategy, for the progress bar."""
+
+    def __init__(self, names: Sequence[str], records: list[dict[str, Any]]):
+        self.sums = {n: [0.0, 0] for n in names}
+        self.add(records)
+
+    def add(self, records: list[dict[str, Any]]) -> None:
+        for r in records:
+            if r["strategy"] in self.sums:
+                self.sums[r["strategy"]][0] += r["em"]
+                self.sums[r["strategy"]][1] += 1
+
+    def text(self) -> str:
+        return " ".join(f"{n}={s / c:.2f}" for n, (s, c) in self.sums.items() if c)
+
+
+def _bar(initial: int, total: int, desc: str, enabled: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=f"bench {desc}", unit="run", disable=not enabled, dynamic_ncols=True)

@@ -1,0 +1,121 @@
+"""Aggregate per-question records into a summary and a Markdown table.
+
+Only questions that every strategy has finished count, so all strategies are compared on the
+same questions; EM differences get paired bootstrap 95% intervals.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter
+from typing import Any, Iterable, Sequence
+
+from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.metrics import bootstrap_diff
+
+MEANS = (
+    "em", "f1", "acc", "seconds", "llm_calls", "prompt_tokens", "cached_prompt_tokens",
+    "generated_tokens", "retrievals", "hops",
+)  # fmt: skip
+"""Record fields averaged per strategy."""
+
+
+def complete_rows(records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """Records per strategy over the questions every strategy has finished, in question order."""
+    by_key = {(r["qid"], r["strategy"]): r for r in records}
+    done = [q.id for q in questions.questions if all((q.id, n) in by_key for n in names)]
+    return {n: [by_key[(qid, n)] for qid in done] for n in names}
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    kept = [float(v) for v in values if v is not None]
+    return statistics.fmean(kept) if kept else None
+
+
+def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Means and counts of one strategy's records.
+
+    >>> s = strategy_summary([{"em": 1.0, "hops": 2, "stop_reason": "answer", "evidence_complete": True},
+    ...                       {"em": 0.0, "hops": 3, "stop_reason": "max_rounds", "evidence_complete": None}])
+    >>> s["em"], s["hops_histogram"], s["evidence_complete"], s["n"]
+    (0.5, {'2': 1, '3': 1}, 1.0, 2)
+    """
+    out: dict[str, Any] = {"n": len(rows)}
+    for field in MEANS:
+        out[field] = _mean(r.get(field) for r in rows)
+    out["computed_prompt_tokens"] = _mean(r.get("prompt_tokens", 0) - r.get("cached_prompt_tokens", 0) for r in rows)
+    out["planning_s"] = _mean(r.get("planning_ms", 0.0) / 1000 for r in rows)
+    out["execution_s"] = _mean(r.get("execution_ms", 0.0) / 1000 for r in rows)
+    out["judge_acc"] = _mean(None if r.get("judge") is None else float(r["judge"]) for r in rows)
+    out["evidence_complete"] = _mean(None if r.get("evidence_complete") is None else float(r["evidence_complete"]) for r in rows)
+    out["evidence_share"] = _mean(r.get("evidence_share") for r in rows)
+    hops = Counter(int(r.get("hops", 0)) for r in rows)
+    out["hops_histogram"] = {str(h): hops[h] for h in sorted(hops)}
+    out["stop_reasons"] = dict(sorted(Counter(r.get("stop_reason", "") for r in rows).items()))
+    out["errors"] = sum(1 for r in rows if r.get("error"))
+    return out
+
+
+def summarize(
+    records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str], *, seed: int = 0, meta: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The summary of a run: per-strategy results and pairwise EM differences."""
+    rows = complete_rows(records, questions, names)
+    n = len(next(iter(rows.values()), []))
+    diffs = []
+    for a, b in itertools.combinations(names, 2):
+        interval = bootstrap_diff([r["em"] for r in rows[a]], [r["em"] for r in rows[b]], seed=seed)
+        diffs.append({"a": a, "b": b, "diff": interval.mean, "low": interval.low, "high": interval.high})
+    return {
+        "dataset": questions.name,
+        "kind": questions.kind,
+        "questions": len(questions),
+        "n": n,
+        "pending": len(questions) - n,
+        "strategies": list(names),
+        "seed": seed,
+        "results": {name: strategy_summary(rows[name]) for name in names},
+        "em_differences": diffs,
+        "meta": dict(meta or {}),
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def markdown_table(summary: dict[str, Any]) -> str:
+    """The results table of a summary (percentages for EM, F1, Acc, judge and evidence recall)."""
+    head = (
+        "| strategy | EM | F1 | Acc | judge | s/question (plan + exec) | LLM calls | generated tokens "
+        "| prompt tokens computed / cached | hops | all gold retrieved | gold retrieved | errors |"
+    )
+    lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
+    for name in summary["strategies"]:
+        r = summary["results"][name]
+        seconds = f"{_num(r['seconds'], 2)} ({_num(r['planning_s'], 2)} + {_num(r['execution_s'], 2)})"
+        lines.append(
+            f"| {name} | {_pct(r['em'])} | {_pct(r['f1'])} | {_pct(r['acc'])} | {_pct(r['judge_acc'])} | {seconds} "
+            f"| {_num(r['llm_calls'])} | {_num(r['generated_tokens'])} "
+            f"| {_num(r['computed_prompt_tokens'], 0)} / {_num(r['cached_prompt_tokens'], 0)} | {_num(r['hops'])} "
+            f"| {_pct(r['evidence_complete'])} | {_pct(r['evidence_share'])} | {r['errors']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def differences_table(summary: dict[str, Any], *, against: str | None = None) -> str:
+    """EM differences in points with their 95% intervals; only pairs with ``against`` when given."""
+    lines = ["| A - B | EM difference (points) | 95% interval |", "|---|---|---|"]
+    for d in summary["em_differences"]:
+        a, b, diff, low, high = d["a"], d["b"], d["diff"], d["low"], d["high"]
+        if against is not None and against not in (a, b):
+            continue
+        if against is not None and b == against:
+            a, b, diff, low, high = b, a, -diff, -high, -low
+        lines.append(f"| {a} - {b} | {100 * diff:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] |")
+    return "\n".join(lines) + "\n"

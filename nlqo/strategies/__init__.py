@@ -1,0 +1,156 @@
+"""Question-answering strategies by name: the baselines and nlqo's own executors.
+
+A name may carry options in brackets, ``linear[tau=0.8,kv_reuse=off]``; the built strategy then
+reports that full name. ``linear``, ``tree`` and ``auto`` come from ``nlqo.execute.strategies``,
+imported only when one is built.
+
+>>> parse_spec("linear[tau=0.8,kv_reuse=off]")
+('linear', {'tau': 0.8, 'kv_reuse': False})
+>>> spec_name("linear", {"tau": 0.8, "kv_reuse": False})
+'linear[tau=0.8,kv_reuse=off]'
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from typing import Any, Protocol, runtime_checkable
+
+import attrs
+
+from nlqo.errors import ConfigError
+from nlqo.execute.trace import RunResult, Trace
+from nlqo.llm.base import LLM
+from nlqo.passages import Embedder, Retriever
+from nlqo.strategies.baselines import BASELINES
+
+PLANNED = ("linear", "tree", "auto")
+"""Strategies that parse, plan and execute; built by ``nlqo.execute.strategies``."""
+
+STRATEGIES: tuple[str, ...] = (*BASELINES, *PLANNED)
+"""Every strategy name ``build_strategy`` knows, baselines first."""
+
+_SPEC = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(?:\[(.*)\])?\s*$")
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Answers one question at a time, recording every call in the trace."""
+
+    name: str
+
+    def run(self, question: str, trace: Trace | None = None) -> RunResult: ...
+
+
+def parse_value(text: str) -> Any:
+    """An option value: on/off/true/false, an int, a float, else the text.
+
+    >>> parse_value("on"), parse_value("5"), parse_value("0.85"), parse_value("dp")
+    (True, 5, 0.85, 'dp')
+    """
+    low = text.strip().lower()
+    if low in ("on", "true", "yes"):
+        return True
+    if low in ("off", "false", "no"):
+        return False
+    for kind in (int, float):
+        try:
+            return kind(low)
+        except ValueError:
+            pass
+    return text.strip()
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """Split ``name[opt=value,...]`` into the name and its options."""
+    match = _SPEC.match(spec)
+    if match is None:
+        raise ConfigError(f"bad strategy {spec!r}: write NAME or NAME[option=value,...]")
+    name, body = match.group(1), match.group(2)
+    options: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in (body or "").split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"bad option {item!r} in strategy {spec!r}: write option=value")
+        options[key.strip()] = parse_value(value)
+    return name, options
+
+
+def spec_name(name: str, options: dict[str, Any]) -> str:
+    """The display name of a strategy with options (the inverse of ``parse_spec``)."""
+    if not options:
+        return name
+    return f"{name}[{','.join(f'{k}={format_value(v)}' for k, v in options.items())}]"
+
+
+def split_specs(text: str) -> list[str]:
+    """Split a comma-separated strategy list, keeping commas inside brackets.
+
+    >>> split_specs("no-rag, linear[tau=0.8,alpha=5],tree")
+    ['no-rag', 'linear[tau=0.8,alpha=5]', 'tree']
+    """
+    out, depth, current = [], 0, ""
+    for ch in text:
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            out.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    out.append(current.strip())
+    return [s for s in out if s]
+
+
+@attrs.define(eq=False)
+class Named:
+    """A strategy reported under another name (a variant such as ``linear[tau=0.8]``)."""
+
+    name: str
+    inner: Strategy
+
+    def run(self, question: str, trace: Trace | None = None) -> RunResult:
+        return attrs.evolve(self.inner.run(question, trace), strategy=self.name)
+
+
+def build_strategy(
+    name: str, llm: LLM, retriever: Retriever, *, embedder: Embedder | None = None, k: int = 3, **options: Any
+) -> Strategy:
+    """The strategy called ``name`` (options in brackets merge with ``options``)."""
+    base, spec_options = parse_spec(name)
+    options = {**spec_options, **options}
+    full = spec_name(base, options)
+    if base in BASELINES:
+        cls = BASELINES[base]
+        allowed = {a.name for a in attrs.fields(cls)} - {"llm", "retriever", "k"}
+        unknown = sorted(set(options) - allowed)
+        if unknown:
+            accepts = ", ".join(sorted(allowed)) or "none"
+            raise ConfigError(f"strategy {base!r} has no option {', '.join(unknown)} (it accepts: {accepts})")
+        try:
+            strategy = cls(llm=llm, retriever=retriever, k=k, **options)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"strategy {full!r}: {exc}") from exc
+    elif base in PLANNED:
+        strategy = _planned(base)(llm, retriever, embedder=embedder, k=k, **options)
+    else:
+        raise ConfigError(f"unknown strategy {base!r} (choose from {', '.join(STRATEGIES)})")
+    return strategy if full == base else Named(full, strategy)
+
+
+def _planned(name: str):
+    try:
+        module = importlib.import_module("nlqo.execute.strategies")
+    except ModuleNotFoundError as exc:
+        if exc.name != "nlqo.execute.strategies":
+            raise
+        module = None
+    builder = getattr(module, name, None)
+    if builder is None:
+        raise ConfigError(f"strategy {name!r} is not available yet: nlqo.execute.strategies does not define {name}()")
+    return builder

@@ -1,0 +1,61 @@
+"""Traced LLM and retriever calls shared by the baseline strategies."""
+
+from __future__ import annotations
+
+import time
+from typing import Iterable, Sequence
+
+from nlqo.execute.trace import PassageRef, Step, Trace
+from nlqo.llm.base import LLM
+from nlqo.passages import Hit, Retriever
+from nlqo.prompts import Prompt
+from nlqo.prompts.baselines import TextPrompt
+
+
+def chat(llm: LLM, prompt: Prompt, trace: Trace, node: str, **inputs: str) -> str:
+    """Send a chat prompt; record the call; return the generated text."""
+    started = trace.now_ms()
+    completion = llm.chat(prompt.messages(**inputs), stop=prompt.stop, max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(node, completion.usage, completion.text, started))
+    return completion.text
+
+
+def complete(llm: LLM, prompt: TextPrompt, trace: Trace, node: str, *, stop: Sequence[str] = (), **inputs: str) -> str:
+    """Continue a raw text prompt (its stop strings plus ``stop``); record the call."""
+    started = trace.now_ms()
+    completion = llm.complete(prompt.text(**inputs), stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(node, completion.usage, completion.text, started))
+    return completion.text
+
+
+def retrieve(retriever: Retriever, query: str, k: int, trace: Trace, node: str) -> list[Hit]:
+    """Search the top ``k`` for ``query``; record the call with its passages."""
+    started = trace.now_ms()
+    clock = time.perf_counter()
+    hits = retriever.search(query, k)
+    trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - clock) * 1000, started))
+    return hits
+
+
+def stop(trace: Trace, node: str, reason: str) -> str:
+    """Record why the strategy stopped; return the reason."""
+    trace.record(Step(node=node, kind="stop", text=reason))
+    return reason
+
+
+def refs(hits: Iterable[Hit]) -> tuple[PassageRef, ...]:
+    return tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+
+
+def short_answer(text: str) -> str:
+    """The first non-empty line of a generation, stripped.
+
+    >>> short_answer("\\n  Paris\\nThe capital of France.")
+    'Paris'
+    >>> short_answer("")
+    ''
+    """
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
