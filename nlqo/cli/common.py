@@ -73,3 +73,69 @@ def build_optimizer(args: argparse.Namespace, llm=None):
     cache = RelationCache.open(args.relations_cache) if args.relations_cache else None
     rules = () if args.rules == "none" else load_rules(args.rules, args.path)
     return Optimizer(cost_model=model, embedder=embedder, llm=llm, cache=cache, rules=rules, budget=args.budget, beam=args.beam)
+
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b"
+"""The bundled model `nlqo ask` uses unless told otherwise; chosen by measurement (docs/models.md)."""
+
+
+def add_engine_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
+    parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help="bundled model name, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
+    parser.add_argument("--strategy", choices=("auto", "linear", "tree"), default="auto", help="auto: plan, then lower by cost; linear: the TSSS template directly; tree: PlanRAG parallel tree (default: %(default)s)")
+    group = parser.add_argument_group("execution")
+    group.add_argument("-k", type=int, default=3, help="passages retrieved per step (default: %(default)s)")
+    group.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)")
+    group.add_argument("--tau", type=float, default=0.85, help="linear template: stop when a sub-question is this similar to an earlier one (default: %(default)s)")
+    group.add_argument("--max-hops", type=int, default=10, help="linear template: hop cap (default: %(default)s)")
+    group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
+    group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
+    group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
+    group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
+
+
+def build_engine(args: argparse.Namespace):
+    """Load the index, the LLM and the optimizer named by the options."""
+    import sys
+
+    from nlqo.cost import load_cost_model
+    from nlqo.execute.engine import Engine
+    from nlqo.index import Index
+    from nlqo.optimizer import Optimizer
+
+    progress = not getattr(args, "quiet", False)
+    if progress:
+        print(f"nlqo: opening index {args.index} and loading {args.model} ...", file=sys.stderr, flush=True)
+    index = Index.open(args.index)
+    llm = load_llm(args.model)
+    embedder = index.embedder
+    model = load_cost_model(getattr(args, "cost_model", "default"), path=getattr(args, "path", ()))
+    optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm)
+    return Engine.create(
+        llm,
+        index.retriever(args.mode),
+        embedder,
+        optimizer=optimizer,
+        k=args.k,
+        tau=args.tau,
+        max_hops=args.max_hops,
+        kv_reuse=not args.no_kv_reuse,
+        parallel=not args.sequential,
+        workers=args.workers,
+    )
+
+
+def progress_printer(enabled: bool):
+    """A trace callback printing one line per step to standard error."""
+    import sys
+
+    def show(step) -> None:
+        if step.kind == "retrieve":
+            titles = ", ".join(p.title for p in step.passages)
+            print(f"  [{step.node}] retrieve {step.text!r} -> {titles}", file=sys.stderr, flush=True)
+        elif step.kind == "llm":
+            print(f"  [{step.node}] generated {step.generated_tokens} tokens in {step.wall_ms / 1000:.1f} s: {step.text.strip()[:100]!r}", file=sys.stderr, flush=True)
+        elif step.kind == "stop":
+            print(f"  [{step.node}] stop ({step.text}, similarity {step.terminator_score:.2f})", file=sys.stderr, flush=True)
+
+    return show if enabled else None

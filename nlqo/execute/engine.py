@@ -98,7 +98,11 @@ class Engine:
         trace = trace or Trace()
         if strategy == "linear":
             return self.linear.run(question, trace=trace, strategy="linear")
-        planned = self.plan(question, strategy=strategy, trace=trace)
+        return self.execute(question, self.plan(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
+
+    def execute(self, question: str, planned: Planned, *, strategy: str = "auto", trace: Trace | None = None) -> RunResult:
+        """Run a planned question on its physical operator (the template when there is no plan)."""
+        trace = trace or Trace()
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             result = self.linear.run(question, trace=trace, strategy=strategy)
             return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"parse_failed; {result.stop_reason}")

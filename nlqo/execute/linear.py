@@ -63,7 +63,7 @@ class LinearExecutor:
         started = time.perf_counter()
         t = self.template
         session = self._session()
-        self._append(session, t.main.format(question=question), "scaffold", trace)
+        self._append(session, t.main.format(question=question))
         terminator = Terminator(self.embedder, self.tau)
         terminator.start(question)
         facts: list[str] = []
@@ -71,9 +71,10 @@ class LinearExecutor:
         stop_reason, hops = "max_hops", 0
         for hop in range(1, self.max_hops + 1):
             node = f"hop-{hop}"
+            self._newline(session)
             if hop <= len(hints):
-                self._append(session, t.hint.format(step=hop, atom=hints[hop - 1]), node, trace)
-            self._append(session, t.propose.format(question=question, facts=t.facts_clause(facts)), node, trace)
+                self._append(session, t.hint.format(step=hop, atom=hints[hop - 1]))
+            self._append(session, t.propose.format(question=question, facts=t.facts_clause(facts)))
             sub = self._generate(session, node, trace, self.max_question_tokens).strip()
             score = terminator.score(sub) if sub else 1.0
             if hop > self.min_hops and terminator.should_stop(score) or not sub:
@@ -88,13 +89,12 @@ class LinearExecutor:
             trace.steps[-1] = attrs.evolve(step, terminator_score=score)
             for h in hits:
                 supporting.setdefault(h.passage.id, PassageRef(h.passage.id, h.passage.title, float(h.score)))
-            self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])), node, trace)
+            self._newline(session)
+            self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])))
             evidence = self._generate(session, node, trace, self.max_evidence_tokens).strip()
             facts.append(evidence)
-            self._append(session, t.after_evidence, node, trace)
-        if not session.text.endswith("\n"):
-            self._append(session, "\n", "answer", trace)
-        self._append(session, t.final.format(question=question), "answer", trace)
+        self._newline(session)
+        self._append(session, t.final.format(question=question))
         answer = short_answer(self._generate(session, "answer", trace, self.max_answer_tokens))
         return RunResult(
             question=question,
@@ -107,11 +107,16 @@ class LinearExecutor:
             execution_ms=(time.perf_counter() - started) * 1000,
         )
 
-    def _append(self, session: Session, text: str, node: str, trace: Trace) -> None:
-        at = trace.now_ms()
-        usage = session.append(text)
-        if usage.prompt_tokens:
-            trace.record(Step(node=node, kind="prefill", wall_ms=usage.wall_ms, prompt_tokens=usage.prompt_tokens, cached_prompt_tokens=usage.cached_prompt_tokens, started_ms=at))
+    @staticmethod
+    def _append(session: Session, text: str) -> None:
+        """Add scaffold text. Computation is deferred to the next generation, which accounts for it."""
+        session.append(text)
+
+    @staticmethod
+    def _newline(session: Session) -> None:
+        """Start the next scaffold segment on a new line (a KV session keeps the generated stop text)."""
+        if not session.text.endswith("\n"):
+            session.append("\n")
 
     def _generate(self, session: Session, node: str, trace: Trace, max_tokens: int) -> str:
         at = trace.now_ms()

@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from nlqo.llm.base import LLM, Completion, Usage
+from nlqo.llm.base import LLM, Completion
 
 
 @runtime_checkable
@@ -20,8 +20,8 @@ class Session(Protocol):
     @property
     def text(self) -> str: ...
 
-    def append(self, text: str) -> Usage:
-        """Add fixed text without sampling."""
+    def append(self, text: str) -> object:
+        """Add fixed text without sampling; its computation is accounted by the next generation."""
         ...
 
     def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 64) -> Completion:
@@ -42,9 +42,8 @@ class TextSession:
     def text(self) -> str:
         return self._text
 
-    def append(self, text: str) -> Usage:
+    def append(self, text: str) -> None:
         self._text += text
-        return Usage()
 
     def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 64) -> Completion:
         out = self.llm.complete(self._text, stop=stop, max_tokens=max_tokens)

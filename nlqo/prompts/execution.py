@@ -14,7 +14,10 @@ from nlqo.prompts import Prompt
 
 @attrs.frozen
 class LinearTemplate:
-    """The fixed reasoning scaffold of the linear (TSSS) operator."""
+    """The fixed reasoning scaffold of the linear (TSSS) operator.
+
+    Every segment starts on a new line; the executor adds the line break after generated text.
+    """
 
     prefix: str
     """Instruction and few-shot demonstrations; identical for every question, so prefilled once."""
@@ -22,8 +25,7 @@ class LinearTemplate:
     propose: str = "To answer the Main Question ({question}), {facts}I propose the following additional question:\nQuestion:"
     facts: str = "using the following facts:\n{lines}\n"
     hint: str = "(Plan step {step}: {atom})\n"
-    contexts: str = "\nContexts:\n{passages}\nBased on the contexts,"
-    after_evidence: str = "\n"
+    contexts: str = "Contexts:\n{passages}\nBased on the contexts,"
     final: str = "So the answer to the Main Question ({question}) is:"
     passage: str = "[{n}] {title}: {text}"
     passage_words: int = 80

@@ -1,0 +1,44 @@
+"""``nlqo ask "QUESTION" --index DIR``: answer a question with its supporting passages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from nlqo.cli import common
+from nlqo.execute.trace import Trace
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "ask",
+        help="answer a question over an index",
+        description="Parse the question, optimise a plan, lower it to the linear template or the parallel "
+        "tree, execute it on the local model and the index, and print a short answer with the passages "
+        "it rests on. Progress goes to standard error, one line per step.",
+        epilog='Example: nlqo ask "In which city was the director of the film Jaws born?" --index .nlqo/demo-index',
+    )
+    p.add_argument("question", help="the question, in quotes")
+    common.add_engine_options(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object: answer, supporting passages, stats and trace")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    engine = common.build_engine(args)
+    trace = Trace(on_step=common.progress_printer(not args.quiet))
+    result = engine.ask(args.question, strategy=args.strategy, trace=trace)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return 0
+    print(result.answer)
+    for p in result.supporting:
+        print(f"  - {p.title} [{p.id}]")
+    s = result.stats()
+    operator = result.physical.operator if result.physical is not None else "linear"
+    print(
+        f"({args.strategy} -> {operator}; {s['hops']} hops, stop: {s['stop_reason']}; {s['llm_calls']} LLM calls, "
+        f"{s['generated_tokens']} tokens generated, {s['cached_prompt_tokens']}/{s['prompt_tokens']} prompt tokens from cache; "
+        f"planning {s['planning_ms'] / 1000:.1f} s, execution {s['execution_ms'] / 1000:.1f} s)"
+    )
+    return 0
