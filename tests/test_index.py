@@ -7,13 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
-import zlib
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from nlqo.cli import main
@@ -44,7 +41,6 @@ QUERIES = [
 
 FAKE_EMBEDDER = '''
 import re, zlib, time
-import numpy as np
 
 class HashEmbedder:
     """Deterministic bag-of-words hashing embedder for tests (no model)."""

@@ -55,6 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     chunks.add_argument("--overlap", type=int, default=Chunking().overlap, metavar="N", help="words shared by consecutive chunks (default: %(default)s)")
     p.add_argument("--no-title", action="store_true", help="embed and BM25-index the text alone, without the title")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per embedding batch (default: 64)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for embedding (default: one per core); 1 is faster on a busy machine")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -68,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"nlqo index: error: {exc}", file=sys.stderr)
         return 2
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # this process is ours: a command-line run
     embedder = SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="skipped .* bad corpus record")

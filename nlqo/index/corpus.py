@@ -57,7 +57,7 @@ class Corpus:
         for passage, line in self._records():
             if passage.id in seen:
                 first = seen[passage.id]
-                self._bad(CorpusError(f"duplicate id {passage.id!r} (first seen {_where(first)})", path=self._path_of(passage), line=line))
+                self._bad(CorpusError(f"duplicate id {passage.id!r} (first seen {_where(first)})", path=str(self.source), line=line))
                 continue
             seen[passage.id] = line
             yield passage
@@ -130,11 +130,6 @@ class Corpus:
         title = first_heading(content) or path.stem
         for n, chunk in enumerate(chunk_text(content, self.chunking)):
             yield Passage(id=f"{rel}#{n}", title=title, text=chunk)
-
-    def _path_of(self, passage: Passage) -> str:
-        if self.source.is_dir():
-            return str(self.source / passage.id.rsplit("#", 1)[0])
-        return str(self.source)
 
     def _bad(self, error: CorpusError) -> None:
         if self.on_error == "fail":

@@ -8,10 +8,12 @@ from pathlib import Path
 import attrs
 
 from nlqo.errors import IndexFileError
-from nlqo.index import atomic, bm25, dense, store
+from nlqo.index import atomic, dense
+from nlqo.index.bm25 import DIRNAME as BM25_DIR, Bm25
 from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
 from nlqo.index.manifest import Manifest
-from nlqo.passages import Embedder, Hit, Retriever
+from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
+from nlqo.passages import Embedder, Hit, Passage, Retriever
 
 HYBRID_DEPTH = 100
 """How many candidates each side contributes to a hybrid search by default."""
@@ -23,10 +25,10 @@ class Index:
 
     path: Path
     manifest: Manifest
-    store: store.PassageStore = attrs.field(repr=False)
+    store: PassageStore = attrs.field(repr=False)
     dense: object = attrs.field(repr=False)
     """The FAISS index."""
-    bm25: bm25.Bm25 = attrs.field(repr=False)
+    bm25: Bm25 = attrs.field(repr=False)
     _embedder: Embedder | None = attrs.field(default=None, repr=False)
     _lock: threading.Lock = attrs.field(factory=threading.Lock, init=False, repr=False)
 
@@ -56,9 +58,9 @@ class Index:
         return cls(
             path=path,
             manifest=manifest,
-            store=store.PassageStore.open(path / store.FILENAME),
+            store=PassageStore.open(path / STORE_FILE),
             dense=dense.open_dense(path / dense.FILENAME, params, manifest.dim, manifest.count),
-            bm25=bm25.Bm25.open(path / bm25.DIRNAME, manifest.count),
+            bm25=Bm25.open(path / BM25_DIR, manifest.count),
             embedder=embedder,
         )
 
@@ -98,12 +100,18 @@ class Index:
 
         return make_retriever(self, mode)
 
-    def get(self, passage_id: str):
+    def get(self, passage_id: str) -> Passage | None:
         """The passage with this id, or ``None``."""
         return self.store.get(passage_id)
 
     def close(self) -> None:
         self.store.close()
+
+    def __enter__(self) -> Index:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def _dense_rows(self, query: str, k: int) -> list[tuple[int, float]]:
         vector = self.embedder.encode([query], kind="query", progress=False)
