@@ -1,0 +1,33 @@
+"""``nlqo parse "QUESTION"``: print the IR an LLM writes for a question."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from nlqo.cli import common
+from nlqo.parser import parse_question
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "parse",
+        help="print the IR an LLM writes for a question",
+        description="Ask the LLM to rewrite the question as atoms in the nlqo IR, validate it with the "
+        "grammar, repair it within a bound, and print the canonical IR (ready for 'nlqo plan').",
+        epilog='Example: nlqo parse "In which city was the director of the film Jaws born?" > q.nlqo && nlqo plan q.nlqo',
+    )
+    p.add_argument("question", help="the question, in quotes")
+    p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
+    p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    llm = common.load_llm(args.model)
+    result = parse_question(args.question, llm, repairs=args.repairs)
+    sys.stdout.write(result.text)
+    for w in result.warnings:
+        print(f"# warning: {w}", file=sys.stderr)
+    print(f"# {result.attempts} attempt(s), {result.usage.generated_tokens} tokens generated, {result.usage.wall_ms / 1000:.1f} s", file=sys.stderr)
+    return 0
