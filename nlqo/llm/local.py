@@ -109,6 +109,11 @@ class TransformersLLM:
         model.eval()
         return cls(model, tokenizer, name=name or Path(path).name, prefix_cache_size=prefix_cache_size)
 
+    @property
+    def concurrency(self) -> int:
+        """Generations that run at once: one (a lock serializes them)."""
+        return 1
+
     # --- text <-> tokens ---------------------------------------------------------------------
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
