@@ -5,8 +5,9 @@ question as the query in dense, BM25 and hybrid mode, and measures recall@3/@5 o
 supporting titles: the share of gold titles retrieved, and the share of questions with all of them
 retrieved. Dense recall is also measured on HNSW and IVF indexes built from the same vectors.
 
-    python benchmarks/bench_retrieval.py            # writes benchmarks/results/retrieval.json
-                                                    # and the table in docs/retrieval.md
+    python benchmarks/bench_retrieval.py --threads 1   # writes benchmarks/results/retrieval.json
+                                                       # and the table in docs/retrieval.md
+    python benchmarks/bench_retrieval.py --render      # only re-render the table from the JSON
 """
 
 from __future__ import annotations
@@ -121,9 +122,10 @@ def run_dataset(name: str, data: Path, embedder: SentenceEmbedder, workdir: Path
 def markdown(results: dict) -> str:
     meta = results["meta"]
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}, {meta['cores']} cores, Python {meta['python']}, "
+        f"Measured {meta['date']} on {meta['machine']}, {meta['cores']} cores ({meta['torch_threads']} torch thread(s)), "
+        f"Python {meta['python']}, "
         f"embedder `{meta['embedder']}`, flat index, every question of each set as the query "
-        f"(`python benchmarks/bench_retrieval.py`). Load average before / after: "
+        f"(`python benchmarks/bench_retrieval.py --threads 1`). Load average before / after: "
         f"{meta['load_before']} / {meta['load_after']} (other work on the machine slows the timings, not the recall).",
         "",
         "**Recall of gold supporting titles.** recall@k: share of gold titles among the top k passages; "
@@ -185,7 +187,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "retrieval.md", help="Markdown file to update ('' for none)")
     parser.add_argument("--keep", type=Path, help="keep the built indexes in this folder")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the Markdown table from the --out JSON")
     args = parser.parse_args(argv)
+    if args.render:
+        table = markdown(json.loads(args.out.read_text(encoding="utf-8")))
+        write_block(args.doc, table)
+        print(table)
+        return 0
     if args.threads:
         import torch
 
