@@ -1,0 +1,174 @@
+"""``nlqo bench``: run strategies side by side on a question file; ``--report`` writes docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+from nlqo.errors import ConfigError
+
+DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
+FALLBACK_MODEL = "qwen2.5-coder-1.5b"
+ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse")
+"""Ablation flags, passed as options to the linear, tree and auto builders."""
+
+EPILOG = """\
+output folder (--out DIR):
+  run.json         what ran: question file (and its SHA-256), model, embedder, retrieval, k,
+                   machine, dates and the command line that reproduces the run
+  records.jsonl    one record per (question, strategy): answer, scores, cost, trace; appended as
+                   the run goes, so running the same command again resumes where it stopped
+  summary.json     per-strategy EM/F1/Acc, time, tokens, hops, evidence recall, and paired
+                   bootstrap 95% intervals on EM differences
+  results.md       the table; em_vs_seconds.png, tokens_per_question.png, hops_histogram.png
+  index/           the index built from --corpus (reused while the corpus and embedder match)
+
+strategies run interleaved: each question goes through every strategy (the order rotating per
+question) before the next question starts, so machine noise hits all strategies alike.
+
+ablations: each list expands linear, tree and auto into variants, e.g. --tau 0.8,0.9 runs
+linear[tau=0.8] and linear[tau=0.9]; variants can also be named directly:
+--strategies 'auto,linear[tau=0.8,kv_reuse=off]'.
+
+examples:
+  nlqo bench --questions ../shared/data/hotpotqa_dev_199.jsonl.gz \\
+      --corpus ../shared/data/hotpotqa_dev_199_corpus.jsonl.gz --limit 50 --out results/hotpotqa
+  nlqo bench --questions q.jsonl --index idx/ --strategies standard-rag,auto --tau 0.8,0.85,0.9 --out results/tau
+  nlqo bench --report results/hotpotqa results/2wiki results/musique
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark strategies side by side on a question file (or write docs/benchmarks.md)",
+        description="Run every strategy on the same questions with the same model, index and top-k, "
+        "one question at a time, writing resumable per-question records, a summary, a table and plots.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    data = p.add_argument_group("data")
+    data.add_argument("--questions", metavar="FILE", help="question file (.jsonl or .jsonl.gz, see ../shared/data/README.md)")
+    source = data.add_mutually_exclusive_group()
+    source.add_argument("--corpus", metavar="FILE", help="corpus to index into OUT/index (reused while it matches)")
+    source.add_argument("--index", metavar="DIR", help="an index built by 'nlqo index'")
+    data.add_argument("--limit", type=int, metavar="N", help="first N questions (default: all)")
+    data.add_argument("--out", metavar="DIR", help="result folder; running again into it resumes")
+    runs = p.add_argument_group("run")
+    runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
+    runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
+    runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
+    runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="dense", help="retrieval mode for every strategy (default: %(default)s)")
+    runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
+    runs.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)")
+    runs.add_argument("--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)")
+    runs.add_argument("--jobs", type=int, default=1, metavar="N", help="questions run at once in threads (default: 1, for timing)")
+    runs.add_argument("--judge", metavar="NAME", help="also grade answers with this LLM (same names as --model)")
+    runs.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    ablation = p.add_argument_group("ablations (linear, tree, auto)")
+    ablation.add_argument("--tau", metavar="LIST", help="terminator thresholds, e.g. 0.8,0.85,0.9")
+    ablation.add_argument("--alpha", metavar="LIST", help="similarity scales of the cost model, e.g. 1,5,10,20")
+    ablation.add_argument("--relation-cache", metavar="on|off", help="keep LLM answers about atom pairs across questions (on, off or on,off)")
+    ablation.add_argument("--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)")
+    ablation.add_argument("--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)")
+    report = p.add_argument_group("report")
+    report.add_argument("--report", nargs="+", metavar="DIR", help="write the benchmark report from these result folders and exit")
+    report.add_argument("--report-file", default="docs/benchmarks.md", metavar="FILE", help="report to write (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.report:
+        from nlqo.eval.report import write_report
+
+        print(f"wrote {write_report(args.report, args.report_file)}")
+        return 0
+    missing = [flag for flag, value in (("--questions", args.questions), ("--out", args.out)) if not value]
+    if not (args.corpus or args.index):
+        missing.append("--corpus or --index")
+    if missing:
+        raise ConfigError(f"bench needs {', '.join(missing)} (or --report DIR...)")
+    specs = expand_ablations(args.strategies, {name: getattr(args, name) for name in ABLATIONS})
+    return _bench(args, specs)
+
+
+def expand_ablations(strategies: str, ablations: dict[str, str | None]) -> list[str]:
+    """Strategy names with each ablation list expanded over linear, tree and auto.
+
+    >>> expand_ablations("ircot,linear", {"tau": "0.8,0.9", "kv_reuse": "off"})
+    ['ircot', 'linear[tau=0.8,kv_reuse=off]', 'linear[tau=0.9,kv_reuse=off]']
+    """
+    from nlqo.strategies import PLANNED, parse_spec, parse_value, spec_name, split_specs
+
+    lists = {k: [parse_value(v) for v in text.split(",") if v.strip()] for k, text in ablations.items() if text}
+    out: list[str] = []
+    for spec in split_specs(strategies):
+        base, options = parse_spec(spec)
+        if base not in PLANNED or not lists:
+            out.append(spec_name(base, options))
+            continue
+        for combo in itertools.product(*lists.values()):
+            out.append(spec_name(base, {**options, **dict(zip(lists, combo))}))
+    if len(set(out)) != len(out):
+        raise ConfigError(f"strategy list names a strategy twice: {', '.join(out)}")
+    return out
+
+
+def command_line(args: argparse.Namespace, model: str) -> list[str]:
+    """The ``nlqo bench`` command that reproduces this run (paths as given)."""
+    cmd = ["nlqo", "bench", "--questions", args.questions]
+    cmd += ["--corpus", args.corpus] if args.corpus else ["--index", args.index]
+    if args.limit is not None:
+        cmd += ["--limit", str(args.limit)]
+    cmd += ["--out", args.out, "--strategies", args.strategies, "--model", model, "--retrieval", args.retrieval, "--k", str(args.k), "--seed", str(args.seed)]
+    for flag in ("embedder", "judge", "llm_cache", *ABLATIONS):
+        if getattr(args, flag):
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    if args.jobs != 1:
+        cmd += ["--jobs", str(args.jobs)]
+    return cmd
+
+
+def default_model() -> str:
+    try:
+        from nlqo.models import DEFAULT_MODEL  # type: ignore[attr-defined]
+    except ImportError:
+        return FALLBACK_MODEL
+    return DEFAULT_MODEL
+
+
+def _bench(args: argparse.Namespace, specs: list[str]) -> int:
+    from nlqo.cli.common import load_llm
+    from nlqo.eval.datasets import QuestionSet
+    from nlqo.eval.judge import LLMJudge
+    from nlqo.eval.runner import Bench
+    from nlqo.eval.summary import markdown_table
+    from nlqo.eval.workspace import open_index
+    from nlqo.llm.cache import with_cache
+    from nlqo.strategies import build_strategy
+
+    out = Path(args.out)
+    questions = QuestionSet.load(args.questions, limit=args.limit)
+    index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
+    retriever = index.retriever(args.retrieval)
+    model = args.model or default_model()
+    llm = with_cache(load_llm(model), args.llm_cache)
+    strategies = {spec: build_strategy(spec, llm, retriever, embedder=index.embedder, k=args.k) for spec in specs}
+    judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None
+    meta: dict[str, Any] = {
+        "model": model,
+        "embedder": index.manifest.embedder,
+        "retrieval": args.retrieval,
+        "k": args.k,
+        "llm_cache": args.llm_cache,
+        "command": command_line(args, model),
+        **source,
+    }
+    bench = Bench(questions, strategies, out, meta=meta, seed=args.seed, jobs=args.jobs, judge=judge, progress=not args.quiet)
+    summary = bench.run()
+    print(markdown_table(summary), end="")
+    print(f"n={summary['n']} questions ({summary['pending']} pending); results in {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,68 @@
+"""The index a bench run searches: built from a corpus into ``OUT/index`` (reused while it matches) or given."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from nlqo.errors import IndexFileError
+from nlqo.index.search import Index
+
+SOURCE = "index.source.json"
+"""Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def index_digest(index: Index) -> str:
+    """A digest of the index's files (from its manifest's checksums): equal digests, equal indexes."""
+    entries = sorted((f.path, f.sha256) for f in index.manifest.files)
+    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+
+
+def open_index(
+    out: Path, *, corpus: str | None = None, index: str | None = None, embedder: str | None = None, progress: bool = True
+) -> tuple[Index, dict[str, Any]]:
+    """The index to search and what identifies it in ``run.json``.
+
+    With ``corpus``, ``out/index`` is reused when ``index.source.json`` names the same corpus bytes
+    and embedder, and is (re)built otherwise. With ``index``, that folder is opened.
+    """
+    if index is not None:
+        opened = Index.open(index, embedder=embedder)
+        return opened, {"index": str(Path(index).absolute()), "index_digest": index_digest(opened), "corpus": opened.manifest.source}
+    if corpus is None:
+        raise ValueError("open_index needs a corpus or an index")
+    from nlqo.cli.common import load_embedder
+    from nlqo.embed import DEFAULT_EMBEDDER, canonical_name
+    from nlqo.index.build import build_index
+
+    name = embedder or DEFAULT_EMBEDDER
+    wanted = {"corpus": str(Path(corpus).absolute()), "corpus_sha256": file_sha256(Path(corpus)), "embedder": canonical_name(name)}
+    folder, sidecar = out / "index", out / SOURCE
+    if _recorded(sidecar) == wanted:
+        try:
+            return Index.open(folder, embedder=name), {**wanted, "index": str(folder.absolute())}
+        except IndexFileError:
+            pass  # damaged or half-deleted: rebuild below
+    sidecar.unlink(missing_ok=True)
+    loaded = load_embedder(name)
+    build_index(corpus, folder, loaded, progress=progress)
+    sidecar.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+    return Index.open(folder, embedder=loaded), {**wanted, "index": str(folder.absolute())}
+
+
+def _recorded(sidecar: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(sidecar.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,197 @@
+"""Metrics against hand-worked cases; question files; the LLM judge; per-strategy aggregation."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from nlqo.errors import CorpusError
+from nlqo.eval.datasets import OPEN, YES_NO, QuestionSet
+from nlqo.eval.judge import LLMJudge
+from nlqo.eval.metrics import (
+    Interval,
+    accuracy,
+    bootstrap_diff,
+    evidence_recall,
+    exact_match,
+    f1_score,
+    normalize_answer,
+    score,
+    yes_no,
+)
+from nlqo.eval.summary import differences_table, strategy_summary
+from nlqo.llm.scripted import ScriptedLLM
+
+
+def test_squad_normalisation():
+    assert normalize_answer("The  Beatles!") == "beatles"
+    assert normalize_answer("An apple, a pear and the plum.") == "apple pear and plum"
+    assert normalize_answer("Théâtre-Français") == "théâtrefrançais"  # hyphen is punctuation, accents stay
+
+
+@pytest.mark.parametrize(
+    ("prediction", "golds", "em"),
+    [
+        ("Rush", ["Rush"], 1.0),
+        ("rush.", ["Rush"], 1.0),
+        ("the Rush", ["Rush"], 1.0),
+        ("Rush band", ["Rush"], 0.0),
+        ("Orioles", ["Pittsburgh Pirates", "Orioles", "Baltimore Orioles"], 1.0),  # an alias
+        ("Baltimore", ["Pittsburgh Pirates", "Orioles", "Baltimore Orioles"], 0.0),
+        ("", ["Rush"], 0.0),
+    ],
+)
+def test_exact_match_against_all_aliases(prediction, golds, em):
+    assert exact_match(prediction, golds) == em
+
+
+def test_f1_is_the_best_over_aliases():
+    # "baltimore orioles baseball" vs "orioles": 1 common of 3 predicted, 1 gold -> P 1/3, R 1, F1 0.5
+    assert f1_score("the Baltimore Orioles baseball", ["Orioles"]) == pytest.approx(0.5)
+    # vs alias "baltimore orioles": 2 common -> P 2/3, R 1, F1 0.8; the best alias wins
+    assert f1_score("the Baltimore Orioles baseball", ["Orioles", "Baltimore Orioles"]) == pytest.approx(0.8)
+    # repeated tokens count once per occurrence: "new new york" vs "new york" -> 2 common, P 2/3, R 1
+    assert f1_score("new new york", ["New York"]) == pytest.approx(0.8)
+    assert f1_score("Paris", ["London"]) == 0.0
+
+
+def test_f1_requires_yes_no_to_match_exactly():
+    assert f1_score("yes", ["yes"]) == 1.0
+    assert f1_score("no", ["no way out"]) == 0.0
+    assert f1_score("yes it is", ["yes"]) == 0.0
+
+
+def test_accuracy_is_whole_word_containment():
+    assert accuracy("It was released in 1974 by Rush.", ["1974"]) == 1.0
+    assert accuracy("Spurs, i.e. Tottenham", ["Tottenham Hotspur", "Spurs"]) == 1.0
+    assert accuracy("Rushmore", ["Rush"]) == 0.0
+    assert accuracy("not known", ["no"]) == 0.0
+    assert accuracy("anything", [""]) == 0.0
+
+
+def test_yes_no_reduction():
+    assert yes_no("Yes, because 75,000 is less.") == "yes"
+    assert yes_no("The answer is no.") == "no"
+    assert yes_no("Nobody knows") is None
+    assert score("No, Albany GA is smaller.", ["no"], yes_no_question=True).em == 1.0
+    unreduced = score("No, Albany GA is smaller.", ["no"])
+    assert (unreduced.em, unreduced.f1, unreduced.acc) == (0.0, 0.0, 1.0)
+    # no yes/no word: scored as written, and wrong
+    assert score("Albany GA is smaller", ["no"], yes_no_question=True).em == 0.0
+
+
+def test_bootstrap_is_seeded_and_paired():
+    a = [1, 1, 1, 0, 1, 0, 1, 1, 0, 1]
+    b = [0, 1, 0, 0, 1, 0, 0, 1, 0, 1]
+    first, again = bootstrap_diff(a, b, seed=7), bootstrap_diff(a, b, seed=7)
+    assert first == again
+    assert first.mean == pytest.approx(0.3)
+    assert first.low <= first.mean <= first.high
+    assert 0.0 <= first.low and first.high <= 0.6  # the difference is 0 or 1 on 3 of 10 questions
+    assert bootstrap_diff(a, a, seed=3) == Interval(0.0, 0.0, 0.0)
+    assert bootstrap_diff([1] * 5, [0] * 5) == Interval(1.0, 1.0, 1.0)
+    with pytest.raises(ValueError):
+        bootstrap_diff([1, 0], [1])
+
+
+def test_evidence_recall_matches_titles():
+    recall = evidence_recall(["Neil Peart", "Rush (band)", "NEIL PEART", "Nobody's Hero"], ["Nobody's Hero", "Neil Peart"])
+    assert (recall.found, recall.total, recall.complete, recall.share) == (2, 2, True, 1.0)
+    half = evidence_recall(["Neil Peart"], ["Nobody's Hero", "Neil Peart", "Neil Peart"])
+    assert (half.found, half.total, half.share) == (1, 2, 0.5)
+    assert evidence_recall([], ["A"]).share == 0.0
+    assert evidence_recall(["A"], []) is None
+
+
+def _write(path, records, gz=True):
+    text = "".join(json.dumps(r) + "\n" for r in records)
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as fh:
+            fh.write(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_question_files_and_kinds(tmp_path):
+    yn = _write(tmp_path / "sqa.jsonl.gz", [
+        {"id": "a", "question": "Is it?", "answers": ["yes"], "type": "strategyqa", "supporting_titles": ["X", "X", "Y"]},
+        {"id": "b", "question": "Is it not?", "answers": ["No"]},
+    ])  # fmt: skip
+    qs = QuestionSet.load(yn)
+    assert (qs.name, qs.kind, len(qs)) == ("sqa", YES_NO, 2)
+    assert qs.questions[0].supporting_titles == ("X", "Y")
+    assert len(qs.sha256) == 64
+    mixed = _write(tmp_path / "mixed.jsonl", [
+        {"id": 1, "question": "Is it?", "answers": ["yes"]},
+        {"id": 2, "question": "Who?", "answer": "Rush"},
+        {"id": 3, "question": "Where?", "answers": ["Montreal", "Montreal, Quebec"]},
+    ], gz=False)  # fmt: skip
+    qs = QuestionSet.load(mixed, limit=2)
+    assert qs.kind == OPEN and [q.id for q in qs.questions] == ["1", "2"]
+    assert qs.questions[1].answers == ("Rush",)
+
+
+def test_bad_question_lines_name_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text('{"id": 1, "question": "Q", "answers": ["A"]}\n\n{"id": 2, "question": "Q"}\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"bad.jsonl:3: missing field\(s\): answers"):
+        QuestionSet.load(path)
+    path.write_text('{"id": 1, "question": "Q", "answers": ["A"]}\nnot json\n', encoding="utf-8")
+    with pytest.raises(CorpusError, match=r"bad.jsonl:2"):
+        QuestionSet.load(path)
+    with pytest.raises(CorpusError, match="no such question file"):
+        QuestionSet.load(tmp_path / "absent.jsonl")
+
+
+def test_shared_question_files(shared_data):
+    hotpot = QuestionSet.load(shared_data / "hotpotqa_dev_199.jsonl.gz", limit=5)
+    assert hotpot.kind == OPEN and hotpot.questions[0].answers == ("Rush",)
+    assert hotpot.questions[0].supporting_titles == ("Nobody's Hero", "Neil Peart")
+    strategy = QuestionSet.load(shared_data / "strategyqa_229.jsonl.gz")
+    assert strategy.kind == YES_NO and len(strategy) == 229
+    musique = QuestionSet.load(shared_data / "musique_dev_200.jsonl.gz", limit=3)
+    assert len(musique.questions[2].answers) > 1  # aliases kept
+
+
+def test_llm_judge_parses_yes_and_no():
+    llm = ScriptedLLM([("Predicted answer: Toronto", "No, it is not."), ("Predicted answer", "Yes.")])
+    judge = LLMJudge(llm)
+    assert judge.grade("Where was he born?", ["Montreal, Quebec", "Montreal"], "in Montreal") is True
+    assert judge.grade("Where was he born?", ["Montreal"], "Toronto") is False
+    assert judge.grade("Where was he born?", ["Montreal"], "") is False
+    assert len(llm.calls) == 2  # an empty prediction is not sent
+    assert "Gold answers: Montreal, Quebec | Montreal" in llm.calls[0]
+
+
+def test_strategy_summary_means_and_counts():
+    rows = [
+        {"em": 1.0, "f1": 1.0, "acc": 1.0, "seconds": 2.0, "prompt_tokens": 100, "cached_prompt_tokens": 60, "generated_tokens": 10,
+         "hops": 2, "planning_ms": 500.0, "execution_ms": 1500.0, "judge": True, "evidence_complete": True, "evidence_share": 1.0,
+         "stop_reason": "answer", "error": None},
+        {"em": 0.0, "f1": 0.5, "acc": 1.0, "seconds": 4.0, "prompt_tokens": 50, "cached_prompt_tokens": 0, "generated_tokens": 30,
+         "hops": 4, "planning_ms": 0.0, "execution_ms": 4000.0, "judge": None, "evidence_complete": False, "evidence_share": 0.5,
+         "stop_reason": "max_rounds", "error": "ParseFailure: x"},
+    ]  # fmt: skip
+    s = strategy_summary(rows)
+    assert (s["n"], s["em"], s["f1"], s["seconds"], s["generated_tokens"]) == (2, 0.5, 0.75, 3.0, 20.0)
+    assert (s["computed_prompt_tokens"], s["cached_prompt_tokens"]) == (45.0, 30.0)
+    assert (s["planning_s"], s["execution_s"]) == (0.25, 2.75)
+    assert (s["judge_acc"], s["evidence_complete"], s["evidence_share"]) == (1.0, 0.5, 0.75)
+    assert s["hops_histogram"] == {"2": 1, "4": 1}
+    assert s["stop_reasons"] == {"answer": 1, "max_rounds": 1} and s["errors"] == 1
+
+
+def test_differences_table_orients_pairs_against_a_strategy():
+    summary = {"em_differences": [
+        {"a": "auto", "b": "ircot", "diff": 0.1, "low": 0.0, "high": 0.2},
+        {"a": "ircot", "b": "self-ask", "diff": 0.05, "low": -0.1, "high": 0.15},
+        {"a": "iter-retgen", "b": "auto", "diff": 0.02, "low": -0.04, "high": 0.08},
+    ]}  # fmt: skip
+    table = differences_table(summary, against="auto")
+    assert "| auto - ircot | +10.0 | [+0.0, +20.0] |" in table
+    assert "| auto - iter-retgen | -2.0 | [-8.0, +4.0] |" in table
+    assert "self-ask" not in table
+    assert "self-ask" in differences_table(summary)
