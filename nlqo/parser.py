@@ -7,8 +7,8 @@ import re
 import attrs
 
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
-from nlqo.ir import Query
-from nlqo.llm.base import LLM, Usage
+from nlqo.ir import Const, Query
+from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
 from nlqo.prompts import planning
 from nlqo.rewrite import Program, load_rules
 from nlqo.syntax import parse, render
@@ -37,6 +37,32 @@ def clean(reply: str) -> str:
     return "\n".join(line for line in lines if _LINE.match(line))
 
 
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+
+
+def check_grounded(query: Query, question: str) -> None:
+    """Reject IR whose subject or object constants share no word with the question.
+
+    Small models sometimes copy the few-shot demonstration instead of decomposing the question.
+
+    >>> from nlqo.syntax import parse
+    >>> check_grounded(parse('q1 = (?d, "directed", "Jaws")\\nanswer ?d'), "Who directed Jaws?")
+    >>> check_grounded(parse('q1 = (?d, "directed", "Dracula")\\nanswer ?d'), "Who directed Jaws?")
+    Traceback (most recent call last):
+    ...
+    nlqo.errors.IRSemanticError: <llm>: constant "Dracula" of q1 does not come from the question: use only entities the question names
+    """
+    asked = _words(question)
+    for atom in query.atoms:
+        for term in (atom.subject, atom.object):
+            if isinstance(term, Const) and _words(term.text) and not (_words(term.text) & asked):
+                raise IRSemanticError(
+                    f"constant {term} of {atom.id} does not come from the question: use only entities the question names",
+                    source="<llm>",
+                )
+
+
 def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 
@@ -49,12 +75,13 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
     prompt = planning.PARSE
     messages = prompt.messages(question=question)
     for attempt in range(repairs + 1):
-        reply = llm.chat(messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+        reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         usage = usage + reply.usage
         text = clean(reply.text)
         attempts.append(reply.text)
         try:
             query = parse(text, source="<llm>")
+            check_grounded(query, question)
         except (IRSyntaxError, IRSemanticError) as exc:
             label = exc.label if isinstance(exc, IRSyntaxError) else str(exc)
             errors.append(str(exc))

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 import attrs
 
 from nlqo.ir import Atom, Query, Var
-from nlqo.llm.base import LLM, Usage
+from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
 from nlqo.prompts import planning
 
 KINDS = ("parent", "child", "sibling", "none")
@@ -196,7 +196,7 @@ def llm_asker(llm: LLM, *, retries: int = 1) -> Ask:
         usage = Usage()
         prompt = planning.RELATION
         for _ in range(retries + 1):
-            reply = llm.chat(prompt.messages(question=query.question or "", a=a.text(), b=b.text()), stop=prompt.stop, max_tokens=prompt.max_tokens)
+            reply = chat_reusing_prefix(llm, prompt.messages(question=query.question or "", a=a.text(), b=b.text()), stop=prompt.stop, max_tokens=prompt.max_tokens)
             usage = usage + reply.usage
             if (kind := parse_kind(reply.text)) is not None:
                 return kind, usage

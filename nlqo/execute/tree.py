@@ -16,7 +16,7 @@ import attrs
 
 from nlqo.execute.linear import short_answer
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.llm.base import LLM
+from nlqo.llm.base import LLM, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever
 from nlqo.plan import ROOT, Plan
 from nlqo.prompts import execution
@@ -95,7 +95,8 @@ class TreeExecutor:
         else:
             prompt = execution.REWRITE
             at = trace.now_ms()
-            out = self.llm.chat(
+            out = chat_reusing_prefix(
+                self.llm,
                 prompt.messages(question=main, known=known_lines or "(none)", atom=plan.query.atom(node).text()),
                 stop=prompt.stop,
                 max_tokens=prompt.max_tokens,
@@ -109,7 +110,8 @@ class TreeExecutor:
         trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - t0) * 1000, at))
         prompt = execution.ANSWER
         at = trace.now_ms()
-        out = self.llm.chat(
+        out = chat_reusing_prefix(
+            self.llm,
             prompt.messages(
                 passages=execution.LINEAR.render_passages([h.passage for h in hits]),
                 known=execution.KNOWN.format(lines=known_lines) if known_lines else "",

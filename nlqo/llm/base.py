@@ -84,3 +84,20 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
             if i != -1 and i < best:
                 best = i
     return text[:best], best != len(text)
+
+
+def chat_reusing_prefix(llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+    """``llm.chat``, asking backends that keep a prefix KV cache to reuse it.
+
+    Prompts of one kind share their instruction and demonstrations, so a local backend serves that
+    common prefix from its cache; other backends are called as usual.
+    """
+    import inspect
+
+    try:
+        accepts = "prefix_cache" in inspect.signature(llm.chat).parameters
+    except (TypeError, ValueError):
+        accepts = False
+    if accepts:
+        return llm.chat(messages, stop=stop, max_tokens=max_tokens, prefix_cache=True)  # type: ignore[call-arg]
+    return llm.chat(messages, stop=stop, max_tokens=max_tokens)

@@ -152,6 +152,8 @@ class TransformersLLM:
         remembered for later calls; without it every prompt token is computed.
         """
         ids = list(ids)
+        if done := self._nothing_to_do(ids, max_tokens):
+            return done, ()
         with self._lock, torch.inference_mode():
             start = time.perf_counter()
             cache, cached = self._lookup(ids) if prefix_cache else (None, 0)
@@ -230,10 +232,6 @@ class TransformersLLM:
         ``remember`` exceeds ``cached``, the KV state of ``ids[:remember]`` is stored in the
         prefix cache on the way.
         """
-        if not ids:
-            raise LLMError(f"{self.name}: nothing to continue, the prompt is empty")
-        if max_tokens <= 0:
-            return [], "", "length"
         if cache is None:
             cache, cached = self._new_cache(), 0
         logits = None
@@ -255,6 +253,14 @@ class TransformersLLM:
             if len(generated) >= max_tokens:
                 return generated, text, "length"
             logits = self._forward(cache, [token])
+
+    def _nothing_to_do(self, ids: Sequence[int], max_tokens: int) -> Completion | None:
+        """Reject an empty context; answer ``max_tokens <= 0`` without touching the model."""
+        if not ids:
+            raise LLMError(f"{self.name}: nothing to continue, the prompt is empty")
+        if max_tokens <= 0:
+            return Completion("", Usage(calls=1), "length")
+        return None
 
     def _account(self, prompt: int, cached: int, generated: int, start: float) -> Usage:
         usage = Usage(
@@ -317,6 +323,8 @@ class Session:
         """Continue greedily; the generated tokens (stop text and end token included) stay in
         the session, the returned text is cut before the stop string."""
         llm = self.llm
+        if done := llm._nothing_to_do(self._ids, max_tokens):
+            return done
         with llm._lock, torch.inference_mode():
             start = time.perf_counter()
             n = len(self._ids)

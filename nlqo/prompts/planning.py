@@ -30,12 +30,10 @@ PARSE = Prompt(
             "answer ?city",
         ),
         (
-            "Question: Who is older, Emma Watson or Daniel Radcliffe?",
-            'q1 = ("Emma Watson", "born on", ?date1)\n'
-            'q2 = ("Daniel Radcliffe", "born on", ?date2)\n'
-            'q3 = (?older, "is the older of Emma Watson and Daniel Radcliffe given", ?date1)\n'
-            'q4 = (?older, "is the older of Emma Watson and Daniel Radcliffe given", ?date2)\n'
-            "answer ?older",
+            "Question: Which university did the author of the novel Dracula attend?",
+            'q1 = (?author, "wrote", "Dracula")\n'
+            'q2 = (?author, "attended", ?university)\n'
+            "answer ?university",
         ),
     ),
     stop=("\n\n\n", "Question:"),
