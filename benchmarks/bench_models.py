@@ -45,7 +45,12 @@ INSTRUCTION = (
     "sub-question per line, numbered, and nothing else. Do not answer the questions. Do not add "
     "explanations. When a question compares two entities, ask for the compared property of each "
     "entity separately and then ask for the comparison. When a question asks about a property of an "
-    "entity that is only described indirectly, first ask for the entity, then for the property."
+    "entity that is only described indirectly, first ask for the entity, then for the property. "
+    "Keep the names exactly as they are written in the question, including titles, years and "
+    "qualifiers, because the sub-questions are sent to a search engine one by one. Never merge two "
+    "facts into one sub-question, never ask a yes/no question except for the final comparison, and "
+    "never repeat a sub-question that was already asked. The last sub-question must produce the "
+    "answer to the original question."
 )
 EXAMPLES = (
     (

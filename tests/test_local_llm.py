@@ -77,11 +77,10 @@ def test_loads_as_an_llm_and_answers_from_the_chat_template(llm):
 
 def test_greedy_generation_is_deterministic_and_matches_transformers(fresh):
     prompt = "The three largest cities of Germany are"
-    first, ids1 = fresh.generate_ids(fresh.encode(prompt, special=True), max_tokens=8)
-    second, ids2 = fresh.generate_ids(fresh.encode(prompt, special=True), max_tokens=8)
+    first, ids1 = fresh.generate_ids(fresh.encode(prompt, special=True), max_tokens=6)
+    second, ids2 = fresh.generate_ids(fresh.encode(prompt, special=True), max_tokens=6)
     assert ids1 == ids2 and first.text == second.text and first.text.strip()
-    assert list(ids1) == hf_greedy(fresh, fresh.encode(prompt, special=True), 8)
-    assert fresh.complete(prompt, max_tokens=8).text == first.text
+    assert list(ids1) == hf_greedy(fresh, fresh.encode(prompt, special=True), 6)
 
 
 def test_stop_strings_cut_the_text_and_end_generation(fresh):
@@ -115,19 +114,19 @@ def test_session_output_is_token_identical_to_plain_generation(fresh, prefix):
     prefix_ids = session.token_ids
     question = session.append(user_turn("What is the capital of Spain?"))
     context1 = session.token_ids
-    out1 = session.generate(stop=["\n"], max_tokens=16)
+    out1 = session.generate(stop=["\n"], max_tokens=12)
     gen1 = session.token_ids[len(context1):]
     assert len(gen1) == out1.usage.generated_tokens
-    plain1, plain_gen1 = fresh.generate_ids(context1, stop=["\n"], max_tokens=16)
+    plain1, plain_gen1 = fresh.generate_ids(context1, stop=["\n"], max_tokens=12)
     assert gen1 == plain_gen1 and out1.text == plain1.text
     assert list(gen1) == hf_greedy(fresh, context1, len(gen1))
 
     follow = session.append("\n" + user_turn("And the capital of Portugal?"))
     context2 = session.token_ids
     assert context2 == prefix_ids + question + gen1 + follow  # segments tokenized separately
-    out2 = session.generate(stop=["\n"], max_tokens=16)
+    out2 = session.generate(stop=["\n"], max_tokens=12)
     gen2 = session.token_ids[len(context2):]
-    plain2, plain_gen2 = fresh.generate_ids(context2, stop=["\n"], max_tokens=16)
+    plain2, plain_gen2 = fresh.generate_ids(context2, stop=["\n"], max_tokens=12)
     assert gen2 == plain_gen2 and out2.text == plain2.text
     assert list(gen2) == hf_greedy(fresh, context2, len(gen2))
     # the second step computed only the new tokens (and the last generated one, never fed before)
@@ -158,21 +157,21 @@ def test_a_second_session_reuses_the_prefix_and_saves_its_tokens(fresh, prefix):
 def test_forks_are_independent(fresh, prefix):
     base = fresh.session(prefix)
     base.append(user_turn("Name a river in France."))
-    base.generate(stop=["\n"], max_tokens=10)
+    base.generate(stop=["\n"], max_tokens=8)
     at_fork = base.token_ids
 
     child = base.fork()
     child_added = child.append("\n" + user_turn("Name a mountain in Italy."))
-    child_out = child.generate(stop=["\n"], max_tokens=10)
+    child_out = child.generate(stop=["\n"], max_tokens=8)
     base_added = base.append("\n" + user_turn("Name a lake in Switzerland."))
-    base_out = base.generate(stop=["\n"], max_tokens=10)
+    base_out = base.generate(stop=["\n"], max_tokens=8)
 
     assert child.token_ids[: len(at_fork)] == base.token_ids[: len(at_fork)] == at_fork
     assert child.token_ids[len(at_fork):][: len(child_added)] == child_added
     assert base.token_ids[len(at_fork):][: len(base_added)] == base_added
     for session, out, added in ((child, child_out, child_added), (base, base_out, base_added)):
         context = at_fork + added
-        plain, plain_gen = fresh.generate_ids(context, stop=["\n"], max_tokens=10)
+        plain, plain_gen = fresh.generate_ids(context, stop=["\n"], max_tokens=8)
         assert out.text == plain.text and session.token_ids[len(context):] == plain_gen
         assert out.usage.cached_prompt_tokens == len(at_fork) - 1
     assert child.usage == child_out.usage  # a fork accounts only for its own calls
@@ -182,10 +181,10 @@ def test_truncate_rolls_a_session_back(fresh, prefix):
     session = fresh.session(prefix)
     session.append(user_turn("What is the capital of Norway?"))
     mark = len(session)
-    first = session.generate(stop=["\n"], max_tokens=10)
+    first = session.generate(stop=["\n"], max_tokens=8)
     session.truncate(mark)
     assert len(session) == mark and session.cached_tokens == mark - 1
-    again = session.generate(stop=["\n"], max_tokens=10)
+    again = session.generate(stop=["\n"], max_tokens=8)
     assert again.text == first.text
     assert again.usage.cached_prompt_tokens == mark - 1 and again.usage.computed_prompt_tokens == 1
 
