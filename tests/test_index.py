@@ -41,6 +41,7 @@ QUERIES = [
 
 FAKE_EMBEDDER = '''
 import re, zlib, time
+import numpy as np
 
 class HashEmbedder:
     """Deterministic bag-of-words hashing embedder for tests (no model)."""
