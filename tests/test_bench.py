@@ -1,0 +1,310 @@
+"""The bench loop: interleaving, resume after an interruption, outputs, report, CLI; one real run."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from pathlib import Path
+
+import attrs
+import pytest
+
+from nlqo.cli import build_parser, main
+from nlqo.cli.bench import command_line, expand_ablations
+from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
+from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.records import read_records
+from nlqo.eval.report import targets, write_report
+from nlqo.eval.runner import Bench, interleave
+from nlqo.llm.scripted import ScriptedLLM
+from nlqo.passages import Hit, Passage
+from nlqo.strategies import build_strategy
+
+GOLD = {"0": "Rush", "1": "Spurs", "2": "1974", "3": "Murcia", "4": "Cymbeline"}
+NAMES = ["no-rag", "standard-rag", "ircot", "self-ask"]
+TIMING = ("planning_s", "execution_s")
+
+
+def reply(prompt: str) -> str:
+    """A deterministic model: RAG prompts get the gold answer on even questions; no-rag never does."""
+    qid = re.findall(r"Question: Q(\d)", prompt)[-1]
+    gold = GOLD[qid]
+    if prompt.endswith("Thought:"):
+        return f" So the answer is: {gold}."
+    if "Are follow up questions needed here: Yes." in prompt:
+        return f"So the final answer is: {gold}\n#"
+    if "Doc 1(" in prompt:
+        return gold if int(qid) % 2 == 0 else "wrong"
+    return "unknown"
+
+
+class FakeRetriever:
+    def search(self, query: str, k: int = 3) -> list[Hit]:
+        qid = (re.findall(r"Q(\d)", query) or ["0"])[0]
+        return [Hit(Passage(f"{qid}-{r}", f"Title {qid}-{r}", "text"), 1 / r, r) for r in range(1, k + 1)]
+
+
+def make_strategies(names=NAMES):
+    llm = ScriptedLLM([], default=reply)
+    return {name: build_strategy(name, llm, FakeRetriever(), k=2) for name in names}
+
+
+def tick_clock():
+    counter = itertools.count()
+    return lambda: float(next(counter))
+
+
+@pytest.fixture
+def questions(tmp_path) -> QuestionSet:
+    path = tmp_path / "toy.jsonl"
+    rows = [{"id": q, "question": f"Q{q}: which?", "answers": [a], "supporting_titles": [f"Title {q}-1", f"Title {q}-3"]} for q, a in GOLD.items()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return QuestionSet.load(path)
+
+
+def bench(questions, out, strategies=None, **kw) -> Bench:
+    kw.setdefault("clock", tick_clock())
+    return Bench(questions, strategies or make_strategies(), out, meta={"model": "scripted", "k": 2}, progress=False, **kw)
+
+
+def comparable(summary: dict) -> dict:
+    """A summary without its run metadata and the strategies' own wall-clock split."""
+    out = {k: v for k, v in summary.items() if k != "meta"}
+    out["results"] = {n: {k: v for k, v in r.items() if k not in TIMING} for n, r in summary["results"].items()}
+    return out
+
+
+def test_interleaving_rotates_the_strategy_order_per_question(questions, tmp_path):
+    bench(questions, tmp_path / "run").run()
+    records = read_records(tmp_path / "run" / "records.jsonl")
+    assert [(r["index"], r["strategy"]) for r in records] == interleave(5, NAMES)
+    firsts = [r["strategy"] for r in records[:: len(NAMES)]]
+    assert firsts == ["no-rag", "standard-rag", "ircot", "self-ask", "no-rag"]
+    assert interleave(2, ["a"]) == [(0, "a"), (1, "a")] and interleave(0, ["a", "b"]) == []
+
+
+def test_summary_values(questions, tmp_path):
+    summary = bench(questions, tmp_path / "run").run()
+    res = summary["results"]
+    assert (summary["n"], summary["pending"], summary["questions"]) == (5, 0, 5)
+    assert [res[n]["em"] for n in NAMES] == [0.0, 0.6, 1.0, 1.0]  # standard-rag right on questions 0, 2, 4
+    assert res["standard-rag"]["seconds"] == 1.0  # one tick of the fake clock per run
+    assert (res["standard-rag"]["hops"], res["no-rag"]["hops"], res["self-ask"]["hops"]) == (1.0, 0.0, 1.0)
+    assert res["standard-rag"]["evidence_share"] == 0.5 and res["standard-rag"]["evidence_complete"] == 0.0
+    assert res["no-rag"]["evidence_share"] == 0.0
+    diff = next(d for d in summary["em_differences"] if (d["a"], d["b"]) == ("no-rag", "standard-rag"))
+    assert diff["diff"] == pytest.approx(-0.6) and diff["low"] <= -0.2 and diff["high"] <= 0.0
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
+
+
+def test_resume_after_an_interrupted_run_gives_the_same_summary(questions, tmp_path):
+    full = bench(questions, tmp_path / "full").run()
+
+    budget = itertools.count()
+    strategies = make_strategies()
+
+    @attrs.define(eq=False)
+    class Interrupting:
+        inner: object
+        name: str
+
+        def run(self, question, trace=None):
+            if next(budget) == 7:
+                raise KeyboardInterrupt
+            return self.inner.run(question, trace)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench(questions, tmp_path / "part", {n: Interrupting(s, n) for n, s in strategies.items()}).run()
+    path = tmp_path / "part" / "records.jsonl"
+    assert len(read_records(path)) == 7
+    assert not (tmp_path / "part" / "summary.json").exists()
+    with open(path, "a", encoding="utf-8") as fh:  # a record torn by a kill mid-write
+        fh.write('{"qid": "1", "strategy": "ircot", "ans')
+
+    resumed = bench(questions, tmp_path / "part").run()
+    records = read_records(path)
+    assert len(records) == 20 and len({(r["qid"], r["strategy"]) for r in records}) == 20
+    assert path.read_text().endswith("}\n")
+    assert comparable(resumed) == comparable(full)
+    assert len(json.loads((tmp_path / "part" / "run.json").read_text())["resumed"]) == 1
+
+    again = bench(questions, tmp_path / "part").run()  # nothing left to run
+    assert len(read_records(path)) == 20 and comparable(again) == comparable(full)
+
+
+def test_growing_the_limit_runs_only_the_new_questions(questions, tmp_path):
+    first = QuestionSet.load(questions.path, limit=2)
+    assert bench(first, tmp_path / "run").run()["n"] == 2
+    summary = bench(questions, tmp_path / "run").run()
+    assert summary["n"] == 5 and len(read_records(tmp_path / "run" / "records.jsonl")) == 20
+
+
+def test_a_run_of_another_setup_is_not_resumed(questions, tmp_path):
+    bench(questions, tmp_path / "run").run()
+    other = Bench(questions, make_strategies(), tmp_path / "run", meta={"model": "other", "k": 2}, progress=False)
+    with pytest.raises(ConfigError, match="model='scripted', not 'other'"):
+        other.run()
+
+
+def test_failed_runs_are_recorded_as_wrong_answers(questions, tmp_path):
+    @attrs.define(eq=False)
+    class Failing:
+        name: str = "failing"
+
+        def run(self, question, trace=None):
+            raise LLMError("server went away")
+
+    strategies = {**make_strategies(["standard-rag"]), "failing": Failing()}
+    summary = bench(questions, tmp_path / "run", strategies).run()
+    assert summary["results"]["failing"]["errors"] == 5 and summary["results"]["failing"]["em"] == 0.0
+    record = read_records(tmp_path / "run" / "records.jsonl")[1]
+    assert (record["strategy"], record["error"], record["stop_reason"]) == ("failing", "LLMError: server went away", "error")
+
+
+def test_joblib_threads_give_the_same_results(questions, tmp_path):
+    one = comparable(bench(questions, tmp_path / "one").run())
+    two = comparable(bench(questions, tmp_path / "two", jobs=2).run())
+    for summary in (one, two):
+        for r in summary["results"].values():
+            r.pop("seconds")  # threads share the fake clock
+    assert one == two
+
+
+def test_outputs_table_and_plots(questions, tmp_path):
+    bench(questions, tmp_path / "run").run()
+    table = (tmp_path / "run" / "results.md").read_text()
+    assert "| strategy | EM | F1 | Acc |" in table
+    assert re.search(r"\| standard-rag \| 60\.0 \| 60\.0 \| 60\.0 \| - \| 1\.00 ", table)
+    assert "| no-rag - standard-rag | -60.0 |" in table
+    for name in ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png"):
+        data = (tmp_path / "run" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+        assert f"]({name})" in table
+    run = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert run["dataset"] == "toy" and run["model"] == "scripted" and run["machine"]["cpus"] == os.cpu_count()
+
+
+def test_report_is_generated_between_markers(questions, tmp_path):
+    bench(questions, tmp_path / "toy-run").run()
+    docs = tmp_path / "docs" / "benchmarks.md"
+    write_report([tmp_path / "toy-run"], docs)
+    text = docs.read_text()
+    assert text.count("<!-- BEGIN bench-report -->") == 1 and "### toy (toy-run): 5 questions" in text
+    assert "| toy | toy-run | 5 | no-rag, standard-rag, ircot, self-ask | scripted |" in text
+    assert "| auto is part of the run | no auto results | not measured |" in text
+    assert (tmp_path / "docs" / "benchmarks" / "toy-run" / "hops_histogram.png").is_file()
+    assert "### ircot" in text and "So the answer is:" in text  # baselines documented from the code
+    docs.write_text(text + "\nHand-written notes stay.\n")
+    write_report([tmp_path / "toy-run"], docs)
+    again = docs.read_text()
+    assert again.count("<!-- BEGIN bench-report -->") == 1 and again.endswith("Hand-written notes stay.\n")
+    with pytest.raises(ConfigError, match="no summary.json"):
+        write_report([tmp_path / "absent"], docs)
+
+
+def test_targets_compare_auto_with_the_baselines():
+    results = {
+        "standard-rag": {"em": 0.30, "seconds": 2.0, "generated_tokens": 5.0},
+        "iter-retgen": {"em": 0.32, "seconds": 10.0, "generated_tokens": 60.0},
+        "ircot": {"em": 0.28, "seconds": 8.0, "generated_tokens": 50.0},
+        "linear": {"em": 0.31, "seconds": 3.0, "generated_tokens": 20.0},
+        "auto": {"em": 0.34, "seconds": 3.0, "generated_tokens": 25.0},
+    }
+    rows = targets({"results": results})
+    assert rows[0] == ("auto EM >= best of standard-rag, iter-retgen, ircot, self-ask", "auto 34.0 vs iter-retgen 32.0", "met")
+    assert rows[1][1:] == ("0.30x (3.00 s vs 10.00 s)", "met")
+    assert rows[2][1:] == ("0.38x (3.00 s vs 8.00 s)", "met")
+    assert rows[3][2] == "**not met**"  # linear generated fewer tokens than auto
+
+
+def test_ablation_lists_expand_into_variants():
+    specs = expand_ablations("ircot,linear,tree[parallel=off]", {"tau": "0.8,0.9", "relation_cache": "on,off", "alpha": None})
+    assert specs == [
+        "ircot",
+        "linear[tau=0.8,relation_cache=on]", "linear[tau=0.8,relation_cache=off]",
+        "linear[tau=0.9,relation_cache=on]", "linear[tau=0.9,relation_cache=off]",
+        "tree[parallel=off,tau=0.8,relation_cache=on]", "tree[parallel=off,tau=0.8,relation_cache=off]",
+        "tree[parallel=off,tau=0.9,relation_cache=on]", "tree[parallel=off,tau=0.9,relation_cache=off]",
+    ]  # fmt: skip
+    assert expand_ablations("auto", {}) == ["auto"]
+    with pytest.raises(ConfigError, match="twice"):
+        expand_ablations("ircot,ircot", {})
+
+
+def test_cli_help_and_missing_arguments(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench", "--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in ("--questions", "--corpus", "--index", "--strategies", "--limit", "--out", "--model", "--seed", "--k",
+                 "--embedder", "--llm-cache", "--jobs", "--tau", "--alpha", "--relation-cache", "--parallel", "--kv-reuse", "--report"):  # fmt: skip
+        assert flag in help_text
+    assert main(["bench", "--questions", "q.jsonl", "--out", "x"]) == 2
+    assert "needs --corpus or --index" in capsys.readouterr().err
+
+
+def test_command_line_reproduces_the_arguments():
+    argv = ["bench", "--questions", "q.jsonl", "--corpus", "c.jsonl.gz", "--limit", "50", "--out", "res", "--strategies", "ircot,auto",
+            "--tau", "0.8,0.9", "--kv-reuse", "off", "--seed", "3"]  # fmt: skip
+    args = build_parser().parse_args(argv)
+    again = build_parser().parse_args(command_line(args, "qwen2.5-coder-1.5b")[1:])
+    for key in ("questions", "corpus", "limit", "out", "strategies", "tau", "kv_reuse", "seed", "k", "retrieval"):
+        assert getattr(again, key) == getattr(args, key)
+    assert again.model == "qwen2.5-coder-1.5b"
+
+
+CORPUS = [
+    ("rush", "Rush (band)", "Rush was a Canadian rock band from Toronto. Its drummer and lyricist was Neil Peart."),
+    ("counterparts", "Counterparts (album)", "Counterparts is the fifteenth studio album by the Canadian rock band Rush, released in 1993."),
+    ("peart", "Neil Peart", "Neil Peart was a Canadian drummer inducted into the Modern Drummer Hall of Fame in 1983."),
+    ("eiffel", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, completed in 1889."),
+    ("paris", "Paris", "Paris is the capital and most populous city of France."),
+    ("nile", "Nile", "The Nile is a major north-flowing river in northeastern Africa."),
+]
+
+
+@pytest.mark.real_model
+def test_tiny_real_run_end_to_end(tmp_path, capsys):
+    try:
+        from nlqo.cli.common import load_llm
+
+        load_llm("smollm2-135m")
+    except ModelNotAvailable as exc:
+        if os.environ.get("CI", "").lower() in ("1", "true"):
+            pytest.fail(f"smollm2-135m must load under CI: {exc}")
+        pytest.skip(f"smollm2-135m is not installed: {exc}")
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in CORPUS), encoding="utf-8")
+    qfile = tmp_path / "questions.jsonl"
+    qs = [
+        {"id": "a", "question": "Which Canadian rock band released the album Counterparts?", "answers": ["Rush"], "supporting_titles": ["Counterparts (album)"]},
+        {"id": "b", "question": "In which year was the Eiffel Tower in Paris completed?", "answers": ["1889"], "supporting_titles": ["Eiffel Tower", "Paris"]},
+    ]  # fmt: skip
+    qfile.write_text("".join(json.dumps(q) + "\n" for q in qs), encoding="utf-8")
+    out = tmp_path / "out"
+    argv = ["bench", "--questions", str(qfile), "--corpus", str(corpus), "--limit", "2", "--out", str(out),
+            "--model", "smollm2-135m", "--strategies", "no-rag,standard-rag", "--quiet"]  # fmt: skip
+    assert main(argv) == 0
+    assert "| standard-rag |" in capsys.readouterr().out
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["n"], summary["strategies"]) == (2, ["no-rag", "standard-rag"])
+    records = read_records(out / "records.jsonl")
+    assert [(r["qid"], r["strategy"]) for r in records] == [("a", "no-rag"), ("a", "standard-rag"), ("b", "standard-rag"), ("b", "no-rag")]
+    by = {(r["qid"], r["strategy"]): r for r in records}
+    for r in records:
+        assert r["llm_calls"] == 1 and r["generated_tokens"] > 0 and r["prompt_tokens"] > r["generated_tokens"]
+        assert r["error"] is None and r["seconds"] > 0
+    assert by[("a", "no-rag")]["hops"] == 0 and by[("a", "no-rag")]["retrieved_titles"] == []
+    rag = by[("a", "standard-rag")]
+    assert rag["hops"] == 1 and len(rag["retrieved_titles"]) == 3
+    assert rag["evidence_share"] == 1.0  # the album's own passage is the closest to the question
+    assert rag["trace"][0]["kind"] == "retrieve" and rag["trace"][0]["text"] == qs[0]["question"]
+    run = json.loads((out / "run.json").read_text())
+    assert run["model"] == "smollm2-135m" and run["embedder"] == "all-minilm-l6-v2" and run["k"] == 3
+    assert (out / "index" / "manifest.json").is_file() and (out / "index.source.json").is_file()
+    built = (out / "index" / "manifest.json").stat().st_mtime_ns
+    assert main(argv) == 0  # resumes: nothing to run, the index is reused
+    assert len(read_records(out / "records.jsonl")) == 4
+    assert (out / "index" / "manifest.json").stat().st_mtime_ns == built
