@@ -1,0 +1,262 @@
+"""Execution measured side by side, one run: KV reuse on/off, parallel vs one-at-a-time trees, tau.
+
+    python benchmarks/bench_execution.py [--model qwen2.5-coder-0.5b] [--limit 30] [--parts kv tree tau]
+
+- kv: the linear template with and without KV reuse on the same questions, interleaved per
+  question: seconds, generated tokens, prompt tokens computed vs served from cache, hops, EM.
+- tree: the same logical trees executed in parallel and one node at a time, on the local backend
+  and, when llama-cpp-python's server is installed, on an OpenAI-compatible server on loopback
+  serving the same GGUF model.
+- tau: hop-count distribution of the linear template at tau 0.8 / 0.85 / 0.9.
+
+Writes benchmarks/results/execution.json, benchmarks/results/execution_kv.png and the tables in
+docs/execution.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _report import write_block  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+RESULTS = REPO / "benchmarks" / "results"
+
+
+def build_or_open_index(corpus: Path, out: Path):
+    from nlqo.index import Index, build_index
+    from nlqo.embed import SentenceEmbedder
+
+    if not (out / "manifest.json").exists():
+        build_index(corpus, out, SentenceEmbedder.load())
+    return Index.open(out)
+
+
+def em(prediction: str, golds) -> float:
+    from nlqo.eval.metrics import exact_match
+
+    return exact_match(prediction, golds)
+
+
+def part_kv(engine, questions, log) -> list[dict]:
+    from nlqo.execute.linear import LinearExecutor
+
+    rows = []
+    cold = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, kv_reuse=False)
+    for i, q in enumerate(questions, 1):
+        for label, executor in (("kv_on", engine.linear), ("kv_off", cold)) if i % 2 else (("kv_off", cold), ("kv_on", engine.linear)):
+            started = time.perf_counter()
+            r = executor.run(q.question)
+            s = r.stats()
+            rows.append({"question": q.id, "variant": label, "seconds": time.perf_counter() - started, "em": em(r.answer, q.answers), "answer": r.answer, **{k: s[k] for k in ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")}, "stop_reason": r.stop_reason})
+            log(f"kv {i}/{len(questions)} {label}: {rows[-1]['seconds']:.1f}s hops={s['hops']} cached={s['cached_prompt_tokens']}/{s['prompt_tokens']} answer={r.answer!r} gold={q.answers[0]!r}")
+    return rows
+
+
+def part_tree(engine, questions, log, server_llm=None) -> list[dict]:
+    from nlqo.execute.tree import TreeExecutor
+
+    rows = []
+    backends = [("local", engine.llm)] + ([("server", server_llm)] if server_llm is not None else [])
+    for i, q in enumerate(questions, 1):
+        planned = engine.plan(q.question, strategy="tree")
+        if planned.plan is None:
+            log(f"tree {i}: no plan ({planned.error.splitlines()[0] if planned.error else ''})")
+            continue
+        plan = planned.plan
+        width = max(len(w) for w in plan.tree.levels())
+        for backend, llm in backends:
+            for label, parallel in (("parallel", True), ("sequential", False)):
+                executor = TreeExecutor(llm, engine.linear.retriever, k=engine.k, parallel=parallel, workers=max(2, width) if parallel else None)
+                started = time.perf_counter()
+                r = executor.run(plan)
+                rows.append({"question": q.id, "backend": backend, "variant": label, "seconds": time.perf_counter() - started, "nodes": len(plan.tree.nodes), "widest_wave": width, "em": em(r.answer, q.answers)})
+                log(f"tree {i} {backend} {label}: {rows[-1]['seconds']:.1f}s nodes={len(plan.tree.nodes)} widest={width}")
+    return rows
+
+
+def part_tau(engine, questions, log, taus=(0.8, 0.85, 0.9)) -> list[dict]:
+    from nlqo.execute.linear import LinearExecutor
+
+    rows = []
+    for i, q in enumerate(questions, 1):
+        for tau in taus:
+            executor = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, tau=tau)
+            r = executor.run(q.question)
+            rows.append({"question": q.id, "tau": tau, "hops": r.hops, "stop_reason": r.stop_reason, "em": em(r.answer, q.answers)})
+            log(f"tau {i} {tau}: hops={r.hops} {r.stop_reason}")
+    return rows
+
+
+def start_server(model_name: str):
+    """llama-cpp-python's OpenAI-compatible server on loopback with the bundled GGUF; None if not installed."""
+    import importlib.util
+    import socket
+    import urllib.request
+
+    if importlib.util.find_spec("llama_cpp") is None:
+        return None, None
+    from nlqo.llm.openai_compat import OpenAICompatLLM
+    from nlqo.models import get_bundled
+    from nlqo.models.parts import assemble
+
+    folder = Path(tempfile.mkdtemp(prefix="nlqo-gguf-"))
+    gguf = assemble(get_bundled(model_name), folder)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--model_alias", model_name],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(240):
+        try:
+            urllib.request.urlopen(url + "/models", timeout=2)
+            break
+        except OSError:
+            time.sleep(0.5)
+    return proc, OpenAICompatLLM(url, model_name)
+
+
+def summarise(kv, tree, tau) -> dict:
+    out: dict = {}
+    if kv:
+        for variant in ("kv_on", "kv_off"):
+            rows = [r for r in kv if r["variant"] == variant]
+            out[variant] = {
+                "n": len(rows),
+                "seconds_mean": statistics.mean(r["seconds"] for r in rows),
+                "generated_mean": statistics.mean(r["generated_tokens"] for r in rows),
+                "prompt_mean": statistics.mean(r["prompt_tokens"] for r in rows),
+                "cached_mean": statistics.mean(r["cached_prompt_tokens"] for r in rows),
+                "computed_mean": statistics.mean(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in rows),
+                "cached_share": sum(r["cached_prompt_tokens"] for r in rows) / max(1, sum(r["prompt_tokens"] for r in rows)),
+                "hops_mean": statistics.mean(r["hops"] for r in rows),
+                "em": statistics.mean(r["em"] for r in rows),
+            }
+        out["kv_speedup"] = out["kv_off"]["seconds_mean"] / out["kv_on"]["seconds_mean"]
+    if tree:
+        for backend in sorted({r["backend"] for r in tree}):
+            by = {v: [r["seconds"] for r in tree if r["backend"] == backend and r["variant"] == v] for v in ("parallel", "sequential")}
+            out[f"tree_{backend}"] = {
+                "n": len(by["parallel"]),
+                "parallel_mean": statistics.mean(by["parallel"]),
+                "sequential_mean": statistics.mean(by["sequential"]),
+                "speedup": sum(by["sequential"]) / sum(by["parallel"]),
+            }
+    if tau:
+        out["tau"] = {str(t): {"hops": dict(sorted(Counter(r["hops"] for r in tau if r["tau"] == t).items())), "em": statistics.mean(r["em"] for r in tau if r["tau"] == t), "mean_hops": statistics.mean(r["hops"] for r in tau if r["tau"] == t)} for t in sorted({r["tau"] for r in tau})}
+    return out
+
+
+def plot(kv, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for variant, color in (("kv_on", "tab:blue"), ("kv_off", "tab:orange")):
+        rows = [r for r in kv if r["variant"] == variant]
+        axes[0].hist([r["seconds"] for r in rows], bins=12, alpha=0.6, label=variant, color=color)
+    axes[0].set_xlabel("seconds per question")
+    axes[0].set_ylabel("questions")
+    axes[0].legend()
+    labels = ["kv_on", "kv_off"]
+    computed = [statistics.mean(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in kv if r["variant"] == v) for v in labels]
+    cached = [statistics.mean(r["cached_prompt_tokens"] for r in kv if r["variant"] == v) for v in labels]
+    axes[1].bar(labels, computed, label="prompt tokens computed")
+    axes[1].bar(labels, cached, bottom=computed, label="prompt tokens from cache")
+    axes[1].set_ylabel("tokens per question (mean)")
+    axes[1].legend()
+    fig.suptitle("Linear template: KV reuse on vs off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def tables(summary: dict, meta: dict) -> str:
+    lines = [f"Measured {meta['date']} on {meta['machine']}, model `{meta['model']}`, {meta['dataset']} with its corpus, k={meta['k']}, hybrid retrieval (`python benchmarks/bench_execution.py`)."]
+    if "kv_on" in summary:
+        lines += ["", "**Linear template, KV reuse on vs off** (same questions, interleaved):", "",
+                  "| variant | n | s / question | generated tokens | prompt tokens | computed | from cache | share from cache | hops | EM |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for v in ("kv_on", "kv_off"):
+            s = summary[v]
+            lines.append(f"| {v} | {s['n']} | {s['seconds_mean']:.1f} | {s['generated_mean']:.0f} | {s['prompt_mean']:.0f} | {s['computed_mean']:.0f} | {s['cached_mean']:.0f} | {s['cached_share']:.0%} | {s['hops_mean']:.2f} | {s['em']:.2f} |")
+        lines += ["", f"KV reuse: {summary['kv_on']['cached_share']:.0%} of prompt tokens served from cache (target at least 60%); time per question {summary['kv_speedup']:.2f}x faster with reuse.", "", "![KV reuse](../benchmarks/results/execution_kv.png)"]
+    trees = [k for k in summary if k.startswith("tree_")]
+    if trees:
+        lines += ["", "**Parallel tree vs one node at a time** (same trees):", "", "| backend | trees | parallel s | one-at-a-time s | speedup |", "|---|---:|---:|---:|---:|"]
+        for k in trees:
+            s = summary[k]
+            lines.append(f"| {k[5:]} | {s['n']} | {s['parallel_mean']:.1f} | {s['sequential_mean']:.1f} | {s['speedup']:.2f}x |")
+    if "tau" in summary:
+        lines += ["", "**Terminator: hops per question by tau**:", "", "| tau | mean hops | hop counts | EM |", "|---:|---:|---|---:|"]
+        for t, s in summary["tau"].items():
+            lines.append(f"| {t} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {s['em']:.2f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="qwen2.5-coder-0.5b")
+    parser.add_argument("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz")
+    parser.add_argument("--corpus", type=Path, default=DATA / "hotpotqa_dev_199_corpus.jsonl.gz")
+    parser.add_argument("--index", type=Path, default=Path(tempfile.gettempdir()) / "nlqo-bench-hotpot-index")
+    parser.add_argument("--limit", type=int, default=30, help="questions for the KV comparison")
+    parser.add_argument("--tree-limit", type=int, default=8)
+    parser.add_argument("--tau-limit", type=int, default=10)
+    parser.add_argument("--parts", nargs="+", default=["kv", "tree", "tau"], choices=["kv", "tree", "tau"])
+    parser.add_argument("--no-server", action="store_true")
+    args = parser.parse_args()
+
+    from nlqo.eval.datasets import QuestionSet
+    from nlqo.execute.engine import Engine
+    from nlqo.models import load_local
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+    index = build_or_open_index(args.corpus, args.index)
+    llm = load_local(args.model)
+    engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
+    questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
+    kv = part_kv(engine, questions[: args.limit], log) if "kv" in args.parts else []
+    tree = []
+    if "tree" in args.parts:
+        proc, server = (None, None) if args.no_server else start_server(args.model)
+        try:
+            tree = part_tree(engine, questions[: args.tree_limit], log, server)
+        finally:
+            if proc is not None:
+                proc.terminate()
+    tau = part_tau(engine, questions[: args.tau_limit], log) if "tau" in args.parts else []
+    summary = summarise(kv, tree, tau)
+    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model, "dataset": args.questions.name.split(".")[0], "k": engine.k}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    previous = json.loads((RESULTS / "execution.json").read_text()) if (RESULTS / "execution.json").exists() else {}
+    merged = {**previous.get("summary", {}), **summary}
+    (RESULTS / "execution.json").write_text(json.dumps({"meta": meta, "summary": merged, "kv": kv or previous.get("kv", []), "tree": tree or previous.get("tree", []), "tau": tau or previous.get("tau", [])}, indent=2))
+    if kv:
+        plot(kv, RESULTS / "execution_kv.png")
+    write_block(REPO / "docs" / "execution.md", "execution-benchmark", tables(merged, meta))
+    log("wrote benchmarks/results/execution.json and docs/execution.md")
+
+
+if __name__ == "__main__":
+    main()
