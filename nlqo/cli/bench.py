@@ -75,13 +75,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)")
     ablation.add_argument("--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)")
     report = p.add_argument_group("report")
-    report.add_argument("--report", nargs="+", metavar="DIR", help="write the benchmark report from these result folders and exit")
+    report.add_argument("--report", nargs="*", metavar="DIR", help="write the benchmark report from these result folders (none: only the baselines section) and exit")
     report.add_argument("--report-file", default="docs/benchmarks.md", metavar="FILE", help="report to write (default: %(default)s)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.report:
+    if args.report is not None:
         from nlqo.eval.report import write_report
 
         print(f"wrote {write_report(args.report, args.report_file)}")

@@ -121,7 +121,18 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
 
 def baselines_section() -> str:
     """How each baseline works, what it follows, its limits and its prompts (from the code)."""
-    lines = ["## Baselines", "", "Generated from `nlqo/strategies/baselines.py` and `nlqo/prompts/baselines.py`.", ""]
+    lines = [
+        "## Baselines",
+        "",
+        "Generated from `nlqo/strategies/baselines.py` and `nlqo/prompts/baselines.py`. The control flow and prompt "
+        "wording follow FlashRAG (Jin et al. 2024, github.com/RUC-NLPIR/FlashRAG, `flashrag/pipeline/active_pipeline.py` "
+        "and `examples/methods/run_exp.py`), which implements Iter-RetGen (Shao et al., EMNLP Findings 2023), IRCoT "
+        "(Trivedi et al., ACL 2023) and Self-Ask (Press et al., EMNLP Findings 2023); the few-shot demonstrations are our own. "
+        "Every strategy of a run uses the same model (greedy), retriever and top-k. Hops count retrievals. Baseline "
+        "calls do not use the local backend's prefix KV cache; FlashRAG caps every generation at 32 tokens, "
+        "here answers keep 32 and the IRCoT and self-ask steps get 64.",
+        "",
+    ]
     for name, cls in BASELINES.items():
         doc = inspect.cleandoc(cls.__doc__ or "")
         limits = [f"{a.name}={a.default}" for a in attrs.fields(cls) if a.name not in ("llm", "retriever")]
@@ -166,8 +177,10 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
             f"| {s['dataset']} | {Path(s['folder']).name} | {s['n']} | {', '.join(s['strategies'])} "
             f"| {s['meta'].get('model', '?')} | {s['meta'].get('started', '?')} |"
         )
+    if not runs:
+        lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
     lines += ["", "## Results", ""]
-    lines += [run_section(s, docs) for s in runs]
+    lines += [run_section(s, docs) for s in runs] or ["No results yet.", ""]
     lines.append(baselines_section())
     return "\n".join(lines)
 
