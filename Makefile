@@ -5,6 +5,10 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NLQO := $(VENV)/bin/nlqo
+# The bundled model `nlqo ask` uses by default (nlqo/cli/common.py DEFAULT_MODEL; docs/models.md says why).
+MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
+DEMO_INDEX ?= .nlqo/demo-index
+QUESTION ?= In which city was the director of the film Jaws born?
 
 .PHONY: demo test install install-test clean-venv
 
@@ -27,8 +31,15 @@ $(VENV)/.test: $(VENV)/.base scripts/install-llama-server.sh
 
 install-test: $(VENV)/.test
 
-demo: install
-	$(NLQO) plan examples/counterparts.nlqo
+$(VENV)/.model-$(MODEL): $(VENV)/.base
+	$(NLQO) models install $(MODEL)
+	touch $@
+
+$(DEMO_INDEX)/manifest.json: examples/demo_corpus.jsonl $(VENV)/.base
+	$(NLQO) index examples/demo_corpus.jsonl --out $(DEMO_INDEX)
+
+demo: install $(VENV)/.model-$(MODEL) $(DEMO_INDEX)/manifest.json
+	$(NLQO) ask "$(QUESTION)" --index $(DEMO_INDEX) --model $(MODEL)
 
 test: install-test
 	$(PY) -m pytest -q
