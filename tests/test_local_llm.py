@@ -1,6 +1,6 @@
 """TransformersLLM on the real SmolLM2-135M: greedy decoding, stops, accounting, KV sessions.
 
-The reference for "plain generation" is both our own uncached path (``generate_ids``) and
+A tiny random model runs the session checks in a fraction of a second as well. The reference for "plain generation" is both our own uncached path (``generate_ids``) and
 transformers' ``model.generate`` on the same token ids, so the session machinery is checked
 against an implementation it does not share code with.
 """
@@ -15,7 +15,7 @@ import torch
 from nlqo.errors import ModelNotAvailable
 from nlqo.llm.base import LLM, ChatMessage
 
-pytestmark = pytest.mark.real_model
+real_model = pytest.mark.real_model
 
 SYSTEM = (
     "You answer geography questions with one short sentence.\n"
@@ -64,6 +64,7 @@ def hf_greedy(llm, ids, max_new_tokens: int) -> list[int]:
     return out[0, len(ids):].tolist()
 
 
+@real_model
 def test_loads_as_an_llm_and_answers_from_the_chat_template(llm):
     assert isinstance(llm, LLM) and llm.name == "smollm2-135m"
     messages = [ChatMessage("user", "What is the capital of France?")]
@@ -75,6 +76,7 @@ def test_loads_as_an_llm_and_answers_from_the_chat_template(llm):
     assert out.usage.calls == 1 and out.usage.cached_prompt_tokens == 0
 
 
+@real_model
 def test_greedy_generation_is_deterministic_and_matches_transformers(fresh):
     prompt = "The three largest cities of Germany are"
     first, ids1 = fresh.generate_ids(fresh.encode(prompt, special=True), max_tokens=6)
@@ -83,6 +85,7 @@ def test_greedy_generation_is_deterministic_and_matches_transformers(fresh):
     assert list(ids1) == hf_greedy(fresh, fresh.encode(prompt, special=True), 6)
 
 
+@real_model
 def test_stop_strings_cut_the_text_and_end_generation(fresh):
     prompt = "Here is a list of European capitals: Paris, Berlin,"
     free = fresh.complete(prompt, max_tokens=12)
@@ -96,6 +99,7 @@ def test_stop_strings_cut_the_text_and_end_generation(fresh):
     assert stopped.usage.generated_tokens < free.usage.generated_tokens
 
 
+@real_model
 def test_usage_counts_tokens_and_max_tokens_ends_with_length(fresh):
     prompt = "Once upon a time"
     before = fresh.total
@@ -109,6 +113,7 @@ def test_usage_counts_tokens_and_max_tokens_ends_with_length(fresh):
     assert (empty.text, empty.usage.generated_tokens, empty.finish_reason) == ("", 0, "length")
 
 
+@real_model
 def test_session_output_is_token_identical_to_plain_generation(fresh, prefix):
     session = fresh.session(prefix)
     prefix_ids = session.token_ids
@@ -135,6 +140,7 @@ def test_session_output_is_token_identical_to_plain_generation(fresh, prefix):
     assert session.usage == out1.usage + out2.usage
 
 
+@real_model
 def test_a_second_session_reuses_the_prefix_and_saves_its_tokens(fresh, prefix):
     n_prefix = len(fresh.encode(prefix, special=True))
     first = fresh.session(prefix)
@@ -154,6 +160,7 @@ def test_a_second_session_reuses_the_prefix_and_saves_its_tokens(fresh, prefix):
     assert plain.usage.computed_prompt_tokens - b.usage.computed_prompt_tokens == n_prefix
 
 
+@real_model
 def test_forks_are_independent(fresh, prefix):
     base = fresh.session(prefix)
     base.append(user_turn("Name a river in France."))
@@ -177,6 +184,7 @@ def test_forks_are_independent(fresh, prefix):
     assert child.usage == child_out.usage  # a fork accounts only for its own calls
 
 
+@real_model
 def test_truncate_rolls_a_session_back(fresh, prefix):
     session = fresh.session(prefix)
     session.append(user_turn("What is the capital of Norway?"))
@@ -189,6 +197,7 @@ def test_truncate_rolls_a_session_back(fresh, prefix):
     assert again.usage.cached_prompt_tokens == mark - 1 and again.usage.computed_prompt_tokens == 1
 
 
+@real_model
 def test_complete_can_reuse_a_cached_prefix(fresh):
     shared = "Answer with one word.\n" * 6
     a = fresh.complete(shared + "Q: The colour of the sky?\nA:", max_tokens=3, prefix_cache=True)
@@ -201,6 +210,7 @@ def test_complete_can_reuse_a_cached_prefix(fresh):
     assert b.text == fresh.complete(shared + "Q: The colour of grass?\nA:", max_tokens=3).text
 
 
+@real_model
 def test_one_model_serves_a_thread_pool(fresh):
     prompts = ["The sun is", "Water boils at", "The moon is", "Cats like to"]
     sequential = [fresh.complete(p, max_tokens=4).text for p in prompts]
@@ -208,3 +218,47 @@ def test_one_model_serves_a_thread_pool(fresh):
         parallel = list(pool.map(lambda p: fresh.complete(p, max_tokens=4).text, prompts))
     assert parallel == sequential
     assert fresh.concurrency == 1
+
+
+# --- the same session properties on a tiny random model (fast) -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from nlqo.llm.local import TransformersLLM
+
+    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]
+    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+    )
+    return TransformersLLM(LlamaForCausalLM(config).eval(), tokenizer, name="tiny")
+
+
+def test_tiny_session_steps_equal_plain_and_transformers_generation(tiny):
+    tiny.clear_prefix_cache()
+    prefix = " ".join(f"w{i % 61}" for i in range(40))
+    for turn, question in enumerate(["w3 w5 w7", "w11 w13"]):
+        session = tiny.session(prefix)
+        session.append(question)
+        context = session.token_ids
+        out = session.generate(max_tokens=6)
+        generated = session.token_ids[len(context):]
+        plain, plain_generated = tiny.generate_ids(context, max_tokens=6)
+        assert generated == plain_generated and out.text == plain.text
+        assert list(generated) == hf_greedy(tiny, context, len(generated))
+        assert out.usage.cached_prompt_tokens == (0 if turn == 0 else len(tiny.encode(prefix)))
+        branch = session.fork()
+        branch.append("w17 w19")
+        session.append("w23")
+        for s in (branch, session):
+            before = s.token_ids
+            s.generate(max_tokens=4)
+            assert s.token_ids[len(before):] == tiny.generate_ids(before, max_tokens=4)[1]
