@@ -63,7 +63,7 @@ class QuestionSet:
         if not questions:
             raise CorpusError("no questions", path=str(path))
         kind = YES_NO if all(q.is_yes_no for q in questions) else OPEN
-        return cls(name=dataset_name(path), path=str(path.absolute()), questions=questions, kind=kind, sha256=_sha256(path))
+        return cls(name=dataset_name(path), path=str(path.resolve()), questions=questions, kind=kind, sha256=_sha256(path))
 
     def __len__(self) -> int:
         return len(self.questions)

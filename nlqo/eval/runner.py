@@ -48,7 +48,7 @@ def interleave(n_questions: int, names: Sequence[str]) -> list[tuple[int, str]]:
 
 
 def machine() -> dict[str, Any]:
-    """The machine a run ran on."""
+    """The machine a run ran on, with its load average when the run (re)started."""
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):
@@ -59,6 +59,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "memory_gib": None if memory is None else round(memory, 1),
         "python": platform.python_version(),
+        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
     }
 
 
