@@ -133,11 +133,10 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
 
 
 def default_model() -> str:
-    try:
-        from nlqo.models import DEFAULT_MODEL  # type: ignore[attr-defined]
-    except ImportError:
-        return FALLBACK_MODEL
-    return DEFAULT_MODEL
+    """The project's default model (``nlqo.cli.common.DEFAULT_MODEL`` once it exists)."""
+    from nlqo.cli import common
+
+    return getattr(common, "DEFAULT_MODEL", FALLBACK_MODEL)
 
 
 def _bench(args: argparse.Namespace, specs: list[str]) -> int:
