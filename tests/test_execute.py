@@ -176,3 +176,23 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
+
+
+def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_path, capsys):
+    from nlqo.cli import common, main
+
+    llm = ScriptedLLM([("", "I cannot write that.")])
+    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False)
+    monkeypatch.setattr(common, "build_engine", lambda args: engine)
+    code = main(["explain", "zzz", "--index", str(tmp_path), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "could not be parsed into a plan" in err and "--ir FILE" in err and "I cannot write that." not in err or "no atoms" in err
+
+
+def test_ask_falls_back_to_the_template_when_parsing_fails():
+    llm = ScriptedLLM([("nlqo IR", "nonsense"), ("Question:$", " who?"), ("", " Cincinnati")])
+    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, max_hops=2)
+    result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
+    assert result.stop_reason.startswith("parse_failed; ")
+    assert result.answer == "Cincinnati" and result.plan is None

@@ -27,7 +27,10 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     engine = common.build_engine(args)
     trace = Trace(on_step=common.progress_printer(not args.quiet))
-    result = engine.ask(args.question, strategy=args.strategy, trace=trace)
+    if args.ir is None or args.strategy == "linear":
+        result = engine.ask(args.question, strategy=args.strategy, trace=trace)
+    else:
+        result = engine.execute(args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0

@@ -82,6 +82,7 @@ DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
     parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help="bundled model name, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
+    parser.add_argument("--ir", type=Path, metavar="FILE", help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question")
     parser.add_argument("--strategy", choices=("auto", "linear", "tree"), default="auto", help="auto: plan, then lower by cost; linear: the TSSS template directly; tree: PlanRAG parallel tree (default: %(default)s)")
     group = parser.add_argument_group("execution")
     group.add_argument("-k", type=int, default=3, help="passages retrieved per step (default: %(default)s)")
@@ -123,6 +124,20 @@ def build_engine(args: argparse.Namespace):
         parallel=not args.sequential,
         workers=args.workers,
     )
+
+
+def plan_question(engine, args: argparse.Namespace, trace):
+    """Plan from ``--ir`` when given, else parse the question with the LLM."""
+    if args.ir is None:
+        return engine.plan(args.question, strategy=args.strategy, trace=trace)
+    import attrs
+
+    from nlqo.syntax import parse
+
+    query = parse(args.ir.read_text(), source=str(args.ir))
+    if query.question is None:
+        query = attrs.evolve(query, question=args.question)
+    return engine.plan_query(query, strategy=args.strategy, trace=trace)
 
 
 def progress_printer(enabled: bool):

@@ -8,6 +8,7 @@ import json
 from nlqo import explain as logical
 from nlqo.cli import common
 from nlqo.cost import CostContext
+from nlqo.errors import ParseFailure
 from nlqo.execute import analyze
 from nlqo.execute.trace import Trace
 
@@ -32,9 +33,14 @@ def run(args: argparse.Namespace) -> int:
     engine = common.build_engine(args)
     trace = Trace(on_step=common.progress_printer(not args.quiet))
     strategy = args.strategy
-    planned = engine.plan(args.question, strategy=strategy, trace=trace)
+    planned = common.plan_question(engine, args, trace)
     if planned.physical is None:
-        raise SystemExit(f"nlqo: the question could not be parsed into a plan:\n{planned.error}")
+        raise ParseFailure(
+            "the question could not be parsed into a plan ('nlqo ask' falls back to the linear template; "
+            "'nlqo parse' shows the IR, and --ir FILE plans a hand-written one)",
+            attempts=(),
+            errors=(planned.error or "",),
+        )
     physical = planned.physical
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
     model = engine.optimizer.cost_model

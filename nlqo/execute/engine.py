@@ -14,6 +14,7 @@ from nlqo.execute.tree import TreeExecutor
 from nlqo.llm.base import LLM, Usage
 from nlqo.optimizer import Optimizer
 from nlqo.parser import parse_question
+from nlqo.ir import Query
 from nlqo.passages import Embedder, Retriever
 from nlqo.plan import Plan
 
@@ -83,9 +84,16 @@ class Engine:
             trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
         _record_usage(trace, "parse", parsed.usage, parsed.text, at)
+        planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
+        plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
+        return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)
+
+    def plan_query(self, query: Query, *, strategy: str = "auto", trace: Trace | None = None) -> Planned:
+        """Optimise and lower an already parsed query (a hand-written IR file, say)."""
+        trace = trace or Trace()
+        started = time.perf_counter()
         at = trace.now_ms()
-        plan = self.optimizer.optimize(parsed.query)
-        plan = attrs.evolve(plan, warnings=parsed.warnings + plan.warnings)
+        plan = self.optimizer.optimize(query)
         if plan.stats.llm_calls:
             trace.record(Step(node="relations", kind="llm", text=f"{plan.stats.llm_calls} relation calls", started_ms=at))
         physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy)

@@ -29,7 +29,7 @@ def short_answer(text: str) -> str:
     'Cincinnati'
     """
     line = text.strip().splitlines()[0] if text.strip() else ""
-    return line.strip().strip('"').strip("'").rstrip(".").strip()
+    return line.strip().rstrip(".").strip().strip("\"'").strip()
 
 
 @attrs.define(eq=False)
