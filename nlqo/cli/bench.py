@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
     runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
     runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
-    runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="dense", help="retrieval mode for every strategy (default: %(default)s)")
+    runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode for every strategy (default: %(default)s)")
     runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
     runs.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)")
     runs.add_argument("--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)")

@@ -1,0 +1,49 @@
+"""The definition folders ship inside the wheel and are found from an installed wheel."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory, repo):
+    out = tmp_path_factory.mktemp("wheel")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(repo)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"building the wheel failed:\n{proc.stderr[-2000:]}")
+    return next(out.glob("nlqo-*.whl"))
+
+
+def test_wheel_carries_grammars_rules_and_cost_models(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for path in (
+        "nlqo/_data/grammar/nlqo.lark",
+        "nlqo/_data/grammar/cost.lark",
+        "nlqo/_data/rules/default.rules",
+        "nlqo/_data/cost_models/default.cost",
+        "nlqo/_data/cost_models/structural.cost",
+    ):
+        assert path in names
+    assert not any(n.startswith(("tests/", "grammar/", "benchmarks/")) for n in names)
+
+
+def test_installed_wheel_finds_its_definitions(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    code = (
+        "import nlqo.resources as r, nlqo.syntax as s, nlqo.cost as c;"
+        "print(r.builtin_dir('grammar'));"
+        "print(s.parse('q1 = (?x, \"p\", \"o\")\\nanswer ?x').atoms[0].id);"
+        "print(c.load_cost_model('structural').formula())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == str(target / "nlqo" / "_data" / "grammar")
+    assert out[1:] == ["q1", "depth + imbalance - size - edges"]
