@@ -8,13 +8,13 @@ yes or no (StrategyQA) is a yes/no set, scored after mapping predictions to yes/
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 from pathlib import Path
 from typing import Any, Iterator
 
 import attrs
 
+from nlqo.index.manifest import sha256_file
 from nlqo.errors import CorpusError
 
 OPEN = "open"
@@ -63,7 +63,7 @@ class QuestionSet:
         if not questions:
             raise CorpusError("no questions", path=str(path))
         kind = YES_NO if all(q.is_yes_no for q in questions) else OPEN
-        return cls(name=dataset_name(path), path=str(path.resolve()), questions=questions, kind=kind, sha256=_sha256(path))
+        return cls(name=dataset_name(path), path=str(path.resolve()), questions=questions, kind=kind, sha256=sha256_file(path))
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -132,9 +132,3 @@ def _read(path: Path, limit: int | None) -> Iterator[Question]:
         raise CorpusError(f"cannot read: {exc}", path=str(path)) from exc
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

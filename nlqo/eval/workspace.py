@@ -8,18 +8,13 @@ from pathlib import Path
 from typing import Any
 
 from nlqo.errors import IndexFileError
+from nlqo.index.manifest import sha256_file
 from nlqo.index.search import Index
 
 SOURCE = "index.source.json"
 """Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
 
 
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def index_digest(index: Index) -> str:
@@ -46,7 +41,7 @@ def open_index(
     from nlqo.index.build import build_index
 
     name = embedder or DEFAULT_EMBEDDER
-    wanted = {"corpus": str(Path(corpus).absolute()), "corpus_sha256": file_sha256(Path(corpus)), "embedder": canonical_name(name)}
+    wanted = {"corpus": str(Path(corpus).absolute()), "corpus_sha256": sha256_file(Path(corpus)), "embedder": canonical_name(name)}
     folder, sidecar = out / "index", out / SOURCE
     if _recorded(sidecar) == wanted:
         try:

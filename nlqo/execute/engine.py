@@ -11,7 +11,7 @@ from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
 from nlqo.execute.trace import RunResult, Step, Trace
 from nlqo.execute.tree import TreeExecutor
-from nlqo.llm.base import LLM, Usage
+from nlqo.llm.base import LLM
 from nlqo.optimizer import Optimizer
 from nlqo.parser import parse_question
 from nlqo.ir import Query
@@ -83,7 +83,7 @@ class Engine:
         except ParseFailure as exc:
             trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
-        _record_usage(trace, "parse", parsed.usage, parsed.text, at)
+        trace.record(Step.llm("parse", parsed.usage, parsed.text, at))
         planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
         return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)
@@ -121,17 +121,3 @@ class Engine:
             result = self.linear.run(question, hints=physical.hints, trace=trace, strategy=strategy)
         return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
 
-
-def _record_usage(trace: Trace, node: str, usage: Usage, text: str, at: float) -> None:
-    trace.record(
-        Step(
-            node=node,
-            kind="llm",
-            wall_ms=usage.wall_ms,
-            prompt_tokens=usage.prompt_tokens,
-            cached_prompt_tokens=usage.cached_prompt_tokens,
-            generated_tokens=usage.generated_tokens,
-            text=text,
-            started_ms=at,
-        )
-    )
