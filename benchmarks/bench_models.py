@@ -7,7 +7,10 @@ after a ~400-token instruction + two few-shot examples, computed from scratch ve
 prefix's KV state reused from the prefix cache (checking that both give the same tokens).
 Writes benchmarks/results/models.json and the table in docs/models.md.
 
-    python benchmarks/bench_models.py [--models NAME ...] [--decode-tokens 48] [--repeat 3] [--fresh-cache DIR]
+    python benchmarks/bench_models.py [--models NAME ...] [--decode-tokens 48] [--repeat 3] [--threads N] [--fresh-cache DIR]
+
+On a machine shared with other jobs, torch's default of one thread per core oversubscribes the
+cores and decoding slows down several-fold; --threads 1 gives steadier numbers there.
 """
 
 from __future__ import annotations
@@ -93,7 +96,10 @@ def bench_model(name: str, *, cache_dir: Path | None, decode_tokens: int, repeat
     from nlqo.llm.local import TransformersLLM
 
     model = next(m for m in BUNDLED if m.name == name)
-    row: dict = {"name": name, "gguf_bytes": model.size, "load_avg_before": round(os.getloadavg()[0], 1)}
+    import torch
+
+    row: dict = {"name": name, "gguf_bytes": model.size, "torch_threads": torch.get_num_threads()}
+    row["load_avg_before"] = round(os.getloadavg()[0], 1)
     try:
         locate(model)
     except ModelNotAvailable as exc:
@@ -168,24 +174,24 @@ def bench_model(name: str, *, cache_dir: Path | None, decode_tokens: int, repeat
 def markdown(result: dict) -> str:
     m = result["machine"]
     lines = [
-        f"Measured {result['generated_at'][:10]} on {m['cpus']} CPU cores, torch {m['torch']} "
-        f"({m['torch_threads']} threads), float32. The load column is the 1-minute load average before / after "
+        f"Measured {result['generated_at'][:10]} on {m['cpus']} CPU cores, torch {m['torch']}, "
+        "float32, greedy decoding. The load avg column is the 1-minute load average before / after "
         "each model: above 2, other jobs shared the two cores and the times are upper bounds. "
         "Regenerate with `python benchmarks/bench_models.py`.",
         "",
-        "| model | params | GGUF | converted | conversion (once) | load | decode | prefix / question tokens | first token, cold | first token, prefix cached | saved | same output | load |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| model | params | GGUF | converted | conversion (once) | load | decode | prefix / question tokens | first token, cold | first token, prefix cached | saved | same output | threads | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["models"]:
         if "skipped" in r:
-            lines.append(f"| {r['name']} | not installed | | | | | | | | | | | |")
+            lines.append(f"| {r['name']} | not installed | | | | | | | | | | | | |")
             continue
         lines.append(
             f"| {r['name']} | {r['parameters'] / 1e6:.0f} M | {r['gguf_bytes'] / 1e6:,.0f} MB | "
             f"{r['converted_bytes'] / 1e6:,.0f} MB | {r['conversion_s']} s | {r['load_s']} s | "
             f"{r['decode_tok_s']} tok/s | {r['prefix_tokens']} / {r['question_tokens']:g} | "
             f"{r['ttft_cold_ms'] / 1000:.2f} s | {r['ttft_cached_ms'] / 1000:.2f} s | "
-            f"{r['ttft_saved_ms'] / 1000:.2f} s ({r['ttft_speedup']}x) | {'yes' if r['identical_output'] else 'NO'} | {r['load_avg_before']} / {r['load_avg_after']} |"
+            f"{r['ttft_saved_ms'] / 1000:.2f} s ({r['ttft_speedup']}x) | {'yes' if r['identical_output'] else 'NO'} | {r.get('torch_threads', '')} | {r['load_avg_before']} / {r['load_avg_after']} |"
         )
     return "\n".join(lines)
 
@@ -195,21 +201,28 @@ def main() -> int:
     parser.add_argument("--models", nargs="*", default=[m.name for m in BUNDLED])
     parser.add_argument("--decode-tokens", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads(N) before measuring (default: torch's choice)")
     parser.add_argument("--fresh-cache", type=Path, help="convert into this (new) cache dir to time conversion from scratch")
+    parser.add_argument("--render-only", action="store_true", help="only rewrite the docs table from --out")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "models.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "models.md")
     args = parser.parse_args()
 
+    if args.render_only:
+        write_block(args.doc, "bench-models", markdown(json.loads(args.out.read_text())), title="Local models")
+        return 0
+
     import torch
     import transformers
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     machine = {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "torch_threads": torch.get_num_threads(),
     }
     previous = json.loads(args.out.read_text()) if args.out.exists() else {"models": []}
     rows = {r["name"]: r for r in previous.get("models", [])}
