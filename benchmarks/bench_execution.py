@@ -236,27 +236,35 @@ def main() -> None:
     llm = load_local(args.model)
     engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
-    kv = part_kv(engine, questions[: args.limit], log) if "kv" in args.parts else []
-    tree = []
+    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model, "dataset": args.questions.name.split(".")[0], "k": engine.k}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    parts: dict[str, list] = {"kv": [], "tree": [], "tau": []}
+
+    def save() -> None:
+        """Write what has been measured so far (each part lands as soon as it finishes)."""
+        previous = json.loads((RESULTS / "execution.json").read_text()) if (RESULTS / "execution.json").exists() else {}
+        rows = {k: parts[k] or previous.get(k, []) for k in parts}
+        summary = summarise(rows["kv"], rows["tree"], rows["tau"])
+        (RESULTS / "execution.json").write_text(json.dumps({"meta": meta, "summary": summary, **rows}, indent=2))
+        if rows["kv"]:
+            plot(rows["kv"], RESULTS / "execution_kv.png")
+        write_block(REPO / "docs" / "execution.md", "execution-benchmark", tables(summary, meta))
+        log("wrote benchmarks/results/execution.json and docs/execution.md")
+
+    if "kv" in args.parts:
+        parts["kv"] = part_kv(engine, questions[: args.limit], log)
+        save()
     if "tree" in args.parts:
         proc, server = (None, None) if args.no_server else start_server(args.model)
         try:
-            tree = part_tree(engine, questions[: args.tree_limit], log, server)
+            parts["tree"] = part_tree(engine, questions[: args.tree_limit], log, server)
         finally:
             if proc is not None:
                 proc.terminate()
-    tau = part_tau(engine, questions[: args.tau_limit], log) if "tau" in args.parts else []
-    summary = summarise(kv, tree, tau)
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model, "dataset": args.questions.name.split(".")[0], "k": engine.k}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    previous = json.loads((RESULTS / "execution.json").read_text()) if (RESULTS / "execution.json").exists() else {}
-    merged = {**previous.get("summary", {}), **summary}
-    (RESULTS / "execution.json").write_text(json.dumps({"meta": meta, "summary": merged, "kv": kv or previous.get("kv", []), "tree": tree or previous.get("tree", []), "tau": tau or previous.get("tau", [])}, indent=2))
-    if kv:
-        plot(kv, RESULTS / "execution_kv.png")
-    write_block(REPO / "docs" / "execution.md", "execution-benchmark", tables(merged, meta))
-    log("wrote benchmarks/results/execution.json and docs/execution.md")
-
+        save()
+    if "tau" in args.parts:
+        parts["tau"] = part_tau(engine, questions[: args.tau_limit], log)
+        save()
 
 if __name__ == "__main__":
     main()
