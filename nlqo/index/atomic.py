@@ -60,13 +60,14 @@ def remove_stale(target: Path) -> list[Path]:
     removed = []
     for tmp in leftovers(target, "tmp"):
         pid = tmp.name[len(f".{target.name}.tmp-") :].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not process_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether a process with this id exists (staging folders of dead builders may be removed)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from nlqo.errors import ModelNotAvailable
+from nlqo.index.atomic import process_alive
 
 MARKER = "nlqo-model.json"
 """Written last into a converted directory: what it was made from."""
@@ -52,16 +53,6 @@ def read_marker(folder: Path) -> dict[str, Any]:
     return json.loads((folder / MARKER).read_text())
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _staging_prefix(dest: Path) -> str:
     return f".tmp-{dest.name}-"
 
@@ -76,7 +67,7 @@ def remove_stale_staging(dest: Path) -> list[Path]:
         if not candidate.name.startswith(prefix):
             continue
         pid_text = candidate.name[len(prefix):].split("-", 1)[0]
-        if pid_text.isdigit() and not _pid_alive(int(pid_text)):
+        if pid_text.isdigit() and not process_alive(int(pid_text)):
             shutil.rmtree(candidate, ignore_errors=True)
             removed.append(candidate)
     return removed
