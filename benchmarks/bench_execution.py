@@ -52,6 +52,14 @@ def em(prediction: str, golds) -> float:
     return exact_match(prediction, golds)
 
 
+def keep(row: dict) -> dict:
+    """Append a measured row to results/execution_rows.jsonl at once, so an interrupted run keeps it."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    with open(RESULTS / "execution_rows.jsonl", "a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
 def part_kv(engine, questions, log) -> list[dict]:
     from nlqo.execute.linear import LinearExecutor
 
@@ -62,7 +70,7 @@ def part_kv(engine, questions, log) -> list[dict]:
             started = time.perf_counter()
             r = executor.run(q.question)
             s = r.stats()
-            rows.append({"question": q.id, "variant": label, "seconds": time.perf_counter() - started, "em": em(r.answer, q.answers), "answer": r.answer, **{k: s[k] for k in ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")}, "stop_reason": r.stop_reason})
+            rows.append(keep({"part": "kv", "question": q.id, "variant": label, "seconds": time.perf_counter() - started, "em": em(r.answer, q.answers), "answer": r.answer, **{k: s[k] for k in ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")}, "stop_reason": r.stop_reason}))
             log(f"kv {i}/{len(questions)} {label}: {rows[-1]['seconds']:.1f}s hops={s['hops']} cached={s['cached_prompt_tokens']}/{s['prompt_tokens']} answer={r.answer!r} gold={q.answers[0]!r}")
     return rows
 
@@ -84,7 +92,7 @@ def part_tree(engine, questions, log, server_llm=None) -> list[dict]:
                 executor = TreeExecutor(llm, engine.linear.retriever, k=engine.k, parallel=parallel, workers=max(2, width) if parallel else None)
                 started = time.perf_counter()
                 r = executor.run(plan)
-                rows.append({"question": q.id, "backend": backend, "variant": label, "seconds": time.perf_counter() - started, "nodes": len(plan.tree.nodes), "widest_wave": width, "em": em(r.answer, q.answers)})
+                rows.append(keep({"part": "tree", "question": q.id, "backend": backend, "variant": label, "seconds": time.perf_counter() - started, "nodes": len(plan.tree.nodes), "widest_wave": width, "em": em(r.answer, q.answers)}))
                 log(f"tree {i} {backend} {label}: {rows[-1]['seconds']:.1f}s nodes={len(plan.tree.nodes)} widest={width}")
     return rows
 
@@ -97,7 +105,7 @@ def part_tau(engine, questions, log, taus=(0.8, 0.85, 0.9)) -> list[dict]:
         for tau in taus:
             executor = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, tau=tau)
             r = executor.run(q.question)
-            rows.append({"question": q.id, "tau": tau, "hops": r.hops, "stop_reason": r.stop_reason, "em": em(r.answer, q.answers)})
+            rows.append(keep({"part": "tau", "question": q.id, "tau": tau, "hops": r.hops, "stop_reason": r.stop_reason, "em": em(r.answer, q.answers)}))
             log(f"tau {i} {tau}: hops={r.hops} {r.stop_reason}")
     return rows
 
