@@ -92,6 +92,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
+    group.add_argument("--threads", type=int, metavar="N", help="torch threads for the LLM and the embedder (default: torch's own; 1 is often faster on a busy machine)")
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
 
 
@@ -105,6 +106,10 @@ def build_engine(args: argparse.Namespace):
     from nlqo.optimizer import Optimizer
 
     progress = not getattr(args, "quiet", False)
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
     if progress:
         print(f"nlqo: opening index {args.index} and loading {args.model} ...", file=sys.stderr, flush=True)
     index = Index.open(args.index)
