@@ -22,12 +22,23 @@ from nlqo.passages import Embedder, Hit, Retriever
 from nlqo.prompts.execution import LINEAR, LinearTemplate
 
 
+def visible(text: str) -> str:
+    """Text before the first special-token marker (``<|endoftext|>`` and kin that a model emits
+    without the backend treating it as the end).
+
+    >>> visible("Spain<|endoftext|>Human: next")
+    'Spain'
+    """
+    return text.split("<|", 1)[0]
+
+
 def short_answer(text: str) -> str:
     """The answer as exact match wants it: first line, no trailing period or quotes.
 
     >>> short_answer(' "Cincinnati".\\nMore text')
     'Cincinnati'
     """
+    text = visible(text)
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line.strip().rstrip(".").strip().strip("\"'").strip()
 
@@ -122,7 +133,7 @@ class LinearExecutor:
         at = trace.now_ms()
         out = session.generate(stop=("\n",), max_tokens=max_tokens)
         trace.record(Step.llm(node, out.usage, out.text, at))
-        return out.text
+        return visible(out.text)
 
 
 def retrieved(hits: Sequence[Hit]) -> list[PassageRef]:

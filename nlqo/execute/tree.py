@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import attrs
 
-from nlqo.execute.linear import short_answer
+from nlqo.execute.linear import short_answer, visible
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever
@@ -102,7 +102,7 @@ class TreeExecutor:
                 max_tokens=prompt.max_tokens,
             )
             trace.record(Step.llm(node, out.usage, out.text, at))
-            question = out.text.strip() or plan.query.atom(node).text()
+            question = visible(out.text).strip() or plan.query.atom(node).text()
             query = question
         at = trace.now_ms()
         t0 = time.perf_counter()
