@@ -29,6 +29,7 @@ import numpy as np
 
 from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
 from nlqo.index import Corpus, DenseParams, Index, build_index
+from nlqo.docblocks import write_block
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -157,17 +158,8 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def write_block(path: Path, body: str) -> None:
-    """Replace the text between this benchmark's marker comments in ``path`` (append if absent)."""
-    begin, end = f"<!-- BEGIN {MARKER} -->", f"<!-- END {MARKER} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = path.read_text(encoding="utf-8") if path.exists() else "# Retrieval\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text, encoding="utf-8")
+def _write_block(path: Path, body: str) -> None:
+    write_block(path, MARKER, body, title="Retrieval")
 
 
 def _torch_threads() -> int:
@@ -191,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render:
         table = markdown(json.loads(args.out.read_text(encoding="utf-8")))
-        write_block(args.doc, table)
+        _write_block(args.doc, table)
         print(table)
         return 0
     if args.threads:
@@ -221,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     table = markdown(results)
     if str(args.doc):
-        write_block(args.doc, table)
+        _write_block(args.doc, table)
     print(table)
     return 0
 

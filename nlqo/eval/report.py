@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 import attrs
 
+from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval.plots import PLOTS
 from nlqo.eval.runner import SUMMARY
@@ -194,13 +195,5 @@ def write_report(folders: Sequence[str | Path], docs: str | Path = "docs/benchma
     docs = Path(docs)
     docs.parent.mkdir(parents=True, exist_ok=True)
     body = render_report(folders, docs)
-    begin, end = f"<!-- BEGIN {BLOCK} -->", f"<!-- END {BLOCK} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = docs.read_text(encoding="utf-8") if docs.exists() else "# Benchmarks\n"
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        text = head + block + rest.split(end, 1)[1]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    docs.write_text(text, encoding="utf-8")
+    write_block(docs, BLOCK, body, title="Benchmarks")
     return docs
