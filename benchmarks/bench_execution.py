@@ -97,16 +97,41 @@ def part_tree(engine, questions, log, server_llm=None) -> list[dict]:
     return rows
 
 
+def hops_at(scores: list[float], tau: float, ran_hops: int, min_hops: int = 1) -> int:
+    """Hops the linear template makes at ``tau``, read off a run at a higher tau.
+
+    ``scores`` are the terminator scores of that run's sub-questions in order (hop 1 first, the
+    one it stopped on last). Decoding is greedy and the transcript up to a stop is the same for
+    every tau, so a lower tau stops at the first hop after ``min_hops`` whose score reaches it.
+
+    >>> hops_at([0.5, 0.82, 0.88, 0.95], 0.8, 3)
+    1
+    >>> hops_at([0.5, 0.82, 0.88, 0.95], 0.85, 3)
+    2
+    >>> hops_at([0.9, 0.5, 0.7], 0.85, 3)
+    3
+    """
+    for hop, score in enumerate(scores, 1):
+        if hop > min_hops and score >= tau:
+            return hop - 1
+    return ran_hops
+
+
 def part_tau(engine, questions, log, taus=(0.8, 0.85, 0.9)) -> list[dict]:
+    """Run at the highest tau once per question; the hop counts at lower taus follow from its scores."""
     from nlqo.execute.linear import LinearExecutor
 
     rows = []
+    top = max(taus)
+    executor = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, tau=top)
     for i, q in enumerate(questions, 1):
+        r = executor.run(q.question)
+        scores = [s.terminator_score for s in r.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None]
         for tau in taus:
-            executor = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, tau=tau)
-            r = executor.run(q.question)
-            rows.append(keep({"part": "tau", "question": q.id, "tau": tau, "hops": r.hops, "stop_reason": r.stop_reason, "em": em(r.answer, q.answers)}))
-            log(f"tau {i} {tau}: hops={r.hops} {r.stop_reason}")
+            measured = tau == top
+            rows.append(keep({"part": "tau", "question": q.id, "tau": tau, "hops": r.hops if measured else hops_at(scores, tau, r.hops), "measured": measured, "stop_reason": r.stop_reason if measured else None, "em": em(r.answer, q.answers) if measured else None, "scores": scores}))
+        hops = ", ".join(f"{row['tau']}={row['hops']}" for row in rows[-len(taus):])
+        log(f"tau {i}: hops at {hops}; scores {[round(x, 2) for x in scores]}")
     return rows
 
 
@@ -168,7 +193,11 @@ def summarise(kv, tree, tau) -> dict:
                 "speedup": sum(by["sequential"]) / sum(by["parallel"]),
             }
     if tau:
-        out["tau"] = {str(t): {"hops": dict(sorted(Counter(r["hops"] for r in tau if r["tau"] == t).items())), "em": statistics.mean(r["em"] for r in tau if r["tau"] == t), "mean_hops": statistics.mean(r["hops"] for r in tau if r["tau"] == t)} for t in sorted({r["tau"] for r in tau})}
+        out["tau"] = {}
+        for t in sorted({r["tau"] for r in tau}):
+            rows = [r for r in tau if r["tau"] == t]
+            ems = [r["em"] for r in rows if r.get("em") is not None]
+            out["tau"][str(t)] = {"n": len(rows), "hops": dict(sorted(Counter(r["hops"] for r in rows).items())), "em": statistics.mean(ems) if ems else None, "mean_hops": statistics.mean(r["hops"] for r in rows), "measured": all(r.get("measured", True) for r in rows)}
     return out
 
 
@@ -214,9 +243,10 @@ def tables(summary: dict, meta: dict) -> str:
             s = summary[k]
             lines.append(f"| {k[5:]} | {s['n']} | {s['parallel_mean']:.1f} | {s['sequential_mean']:.1f} | {s['speedup']:.2f}x |")
     if "tau" in summary:
-        lines += ["", "**Terminator: hops per question by tau**:", "", "| tau | mean hops | hop counts | EM |", "|---:|---:|---|---:|"]
+        lines += ["", "**Terminator: hops per question by tau** (hop count: questions; one run at the highest tau, lower taus read off its terminator scores, see `hops_at`):", "", "| tau | n | mean hops | hop counts | EM |", "|---:|---:|---:|---|---:|"]
         for t, s in summary["tau"].items():
-            lines.append(f"| {t} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {s['em']:.2f} |")
+            em_text = f"{s['em']:.2f}" if s["em"] is not None else "not run"
+            lines.append(f"| {t} | {s['n']} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {em_text} |")
     return "\n".join(lines)
 
 
@@ -231,6 +261,8 @@ def main() -> None:
     parser.add_argument("--tau-limit", type=int, default=10)
     parser.add_argument("--parts", nargs="+", default=["kv", "tree", "tau"], choices=["kv", "tree", "tau"])
     parser.add_argument("--no-server", action="store_true")
+    parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="local model's linear layers (int8: about 2-3x faster on CPU)")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     args = parser.parse_args()
 
     from nlqo.eval.datasets import QuestionSet
@@ -240,11 +272,15 @@ def main() -> None:
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     index = build_or_open_index(args.corpus, args.index)
-    llm = load_local(args.model)
+    llm = load_local(args.model, quantize=args.quantize)
     engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model, "dataset": args.questions.name.split(".")[0], "k": engine.k}
+    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model + ("" if args.quantize == "none" else f" ({args.quantize})"), "dataset": args.questions.name.split(".")[0], "k": engine.k}
     RESULTS.mkdir(parents=True, exist_ok=True)
     parts: dict[str, list] = {"kv": [], "tree": [], "tau": []}
 

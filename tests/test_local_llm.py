@@ -265,3 +265,50 @@ def test_tiny_session_steps_equal_plain_and_transformers_generation(tiny):
             before = s.token_ids
             s.generate(max_tokens=4)
             assert s.token_ids[len(before):] == tiny.generate_ids(before, max_tokens=4)[1]
+
+
+class _Vocab:
+    """Just enough of a tokenizer for ``_end_tokens``."""
+
+    eos_token_id = None
+
+    def __init__(self, vocab: dict[str, int], special: list[str]):
+        self._vocab, self.all_special_tokens = vocab, special
+
+    def get_vocab(self) -> dict[str, int]:
+        return self._vocab
+
+
+def test_generation_also_ends_at_the_vocabularys_end_of_turn_specials():
+    from types import SimpleNamespace
+
+    from nlqo.llm.local import _end_tokens
+
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=7))
+    vocab = {"<|im_end|>": 7, "<|endoftext|>": 3, "<|end|>": 9, "hello": 1}
+    # Qwen's config names only <|im_end|>; <|endoftext|> is special and ends the turn too.
+    # "<|end|>" is an ordinary token in this vocabulary, so it must not stop generation.
+    assert _end_tokens(model, _Vocab(vocab, ["<|im_end|>", "<|endoftext|>"])) == {7, 3}
+    model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=[7, 8]))
+    assert _end_tokens(model, _Vocab({"hello": 1}, [])) == {7, 8}
+
+
+def test_an_unknown_quantization_is_named_in_the_error(tiny):
+    from nlqo.llm.local import quantized
+
+    with pytest.raises(ValueError, match="unknown quantization 'int4'; choose one of none, int8"):
+        quantized(tiny.model, "int4")
+    assert quantized(tiny.model, "none") is tiny.model
+
+
+@real_model
+def test_int8_quantization_swaps_every_linear_layer_and_still_answers(llm):
+    from nlqo.models import load_local
+
+    q = load_local("smollm2-135m", quantize="int8", progress=False)
+    assert not any(type(m) is torch.nn.Linear for m in q.model.modules())
+    assert sum(1 for m in q.model.modules() if type(m).__module__.startswith("torch.ao.nn.quantized")) >= 30 * 7
+    turn = q.format_chat([ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of France?")])
+    assert "Paris" in q.complete(turn, max_tokens=16).text
+    again = q.complete(turn, max_tokens=16).text
+    assert again == q.complete(turn, max_tokens=16).text  # still greedy and deterministic

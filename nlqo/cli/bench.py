@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from nlqo.cli.common import add_quantize_option
 from nlqo.errors import ConfigError
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
@@ -60,6 +61,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs = p.add_argument_group("run")
     runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
     runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
+    add_quantize_option(runs)
+    runs.add_argument("--threads", type=int, metavar="N", help="torch threads for the LLM and the embedder (default: torch's own)")
     runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
     runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode for every strategy (default: %(default)s)")
     runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
@@ -129,6 +132,8 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.jobs != 1:
         cmd += ["--jobs", str(args.jobs)]
+    if getattr(args, "quantize", "none") != "none":
+        cmd += ["--quantize", args.quantize]
     return cmd
 
 
@@ -154,11 +159,16 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
     retriever = index.retriever(args.retrieval)
     model = args.model or default_model()
-    llm = with_cache(load_llm(model), args.llm_cache)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    llm = with_cache(load_llm(model, quantize=args.quantize), args.llm_cache)
     strategies = {spec: build_strategy(spec, llm, retriever, embedder=index.embedder, k=args.k) for spec in specs}
     judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None
     meta: dict[str, Any] = {
         "model": model,
+        "quantize": args.quantize,
         "embedder": index.manifest.embedder,
         "retrieval": args.retrieval,
         "k": args.k,

@@ -9,6 +9,7 @@ sub-question, the model writes the final answer.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Sequence
 
@@ -32,14 +33,28 @@ def visible(text: str) -> str:
     return text.split("<|", 1)[0]
 
 
+_SCAFFOLD_LEAK = re.compile(r"\s*\b(?:Main Question|Question|Contexts)\s*:")
+_YES_NO = re.compile(r"^(yes|no)\b(?=\s*[,.;:!]|$)", re.IGNORECASE)
+
+
 def short_answer(text: str) -> str:
-    """The answer as exact match wants it: first line, no trailing period or quotes.
+    """The answer as exact match wants it: first line, no scaffold the model went on to write,
+    no trailing period or quotes, and a bare "yes"/"no" when the answer starts with one.
 
     >>> short_answer(' "Cincinnati".\\nMore text')
     'Cincinnati'
+    >>> short_answer("Yes, both are shrubs. Main Question: Are Sut")
+    'yes'
+    >>> short_answer("No Doubt")
+    'No Doubt'
+    >>> short_answer("Murcia. Question: Where")
+    'Murcia'
     """
     text = visible(text)
     line = text.strip().splitlines()[0] if text.strip() else ""
+    line = _SCAFFOLD_LEAK.split(line, 1)[0]
+    if m := _YES_NO.match(line.strip()):
+        return m.group(1).lower()
     return line.strip().rstrip(".").strip().strip("\"'").strip()
 
 

@@ -61,6 +61,43 @@ def _crop(cache: Any, length: int) -> None:
         cache.crop(-extra)
 
 
+QUANTIZATIONS = ("none", "int8")
+
+_END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>")
+"""Special tokens that end a turn in common chat vocabularies; generation stops at any present."""
+
+
+def _end_tokens(model: Any, tokenizer: Any) -> frozenset:
+    """Ids that end generation: the configured EOS ids plus the vocabulary's end-of-turn specials.
+
+    Qwen's generation config names only ``<|im_end|>``, yet the model also emits
+    ``<|endoftext|>`` and then keeps writing a new turn.
+    """
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif value:
+            ids.update(int(v) for v in value)
+    vocab = tokenizer.get_vocab()
+    special = set(getattr(tokenizer, "all_special_tokens", ())) | {str(t) for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
+    ids.update(vocab[t] for t in _END_OF_TURN if t in vocab and t in special)
+    return frozenset(ids)
+
+
+def quantized(model: Any, quantize: str) -> Any:
+    """``model`` with its linear layers quantized as ``quantize`` says (``"none"``: unchanged)."""
+    if quantize == "none":
+        return model
+    if quantize != "int8":
+        raise ValueError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
 @attrs.define(eq=False)
 class TransformersLLM:
     """A causal LM from transformers, greedy, thread-safe, with prefix caching and sessions.
@@ -83,13 +120,7 @@ class TransformersLLM:
     _cache_arg: str = attrs.field(init=False, default="past_key_values")
 
     def __attrs_post_init__(self) -> None:
-        eos: set[int] = set()
-        for value in (getattr(self.model.generation_config, "eos_token_id", None), self.tokenizer.eos_token_id):
-            if isinstance(value, int):
-                eos.add(value)
-            elif value:
-                eos.update(int(v) for v in value)
-        self._eos = frozenset(eos)
+        self._eos = _end_tokens(self.model, self.tokenizer)
         params = inspect.signature(self.model.forward).parameters
         self._forward_kwargs = {"use_cache": True}
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -97,8 +128,17 @@ class TransformersLLM:
             self._forward_kwargs["logits_to_keep"] = 1
 
     @classmethod
-    def load(cls, path: str | Path, *, name: str | None = None, dtype: Any = None, prefix_cache_size: int = 8) -> "TransformersLLM":
-        """Load a transformers model directory offline (float32 unless ``dtype`` says otherwise)."""
+    def load(
+        cls, path: str | Path, *, name: str | None = None, dtype: Any = None, quantize: str = "none", prefix_cache_size: int = 8
+    ) -> "TransformersLLM":
+        """Load a transformers model directory offline (float32 unless ``dtype`` says otherwise).
+
+        ``quantize="int8"`` swaps every linear layer for torch's dynamically quantized int8 one
+        (weights int8 per channel, activations quantized per call): on a 2-core AVX2 CPU the
+        1.5B model prefills about 2x and decodes about 3x faster than float32. Activation scales
+        are computed over each forward pass's tokens, so a prompt prefilled in pieces (KV reuse)
+        is not bit-identical to one prefilled at once; answers usually agree, not always.
+        """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
@@ -107,6 +147,7 @@ class TransformersLLM:
         except (OSError, ValueError) as exc:
             raise ModelNotAvailable(f"cannot load a model from {path}: {exc}") from exc
         model.eval()
+        model = quantized(model, quantize)
         return cls(model, tokenizer, name=name or Path(path).name, prefix_cache_size=prefix_cache_size)
 
     @property

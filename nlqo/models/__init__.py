@@ -22,6 +22,7 @@ def load_local(
     name_or_path: str | Path,
     *,
     dtype: Any = None,
+    quantize: str = "none",
     cache_dir: Path | None = None,
     prefix_cache_size: int = 8,
     progress: bool = True,
@@ -30,7 +31,7 @@ def load_local(
     from nlqo.llm.local import TransformersLLM
 
     resolved = resolve_model(name_or_path, cache_dir=cache_dir, progress=progress)
-    return TransformersLLM.load(resolved.path, name=resolved.name, dtype=dtype, prefix_cache_size=prefix_cache_size)
+    return TransformersLLM.load(resolved.path, name=resolved.name, dtype=dtype, quantize=quantize, prefix_cache_size=prefix_cache_size)
 
 
 __all__ = [
