@@ -183,6 +183,19 @@ def summarise(kv, tree, tau) -> dict:
                 "em": statistics.mean(r["em"] for r in rows),
             }
         out["kv_speedup"] = out["kv_off"]["seconds_mean"] / out["kv_on"]["seconds_mean"]
+        by_q = {}
+        for r in kv:
+            by_q.setdefault(r["question"], {})[r["variant"]] = r
+        pairs = [p for p in by_q.values() if len(p) == 2]
+        same = [p for p in pairs if p["kv_on"]["hops"] == p["kv_off"]["hops"]]
+        out["kv_pairs"] = {
+            "n": len(pairs),
+            "same_answer": sum(p["kv_on"]["answer"] == p["kv_off"]["answer"] for p in pairs),
+            "same_hops": len(same),
+            "faster_with_reuse": sum(p["kv_on"]["seconds"] < p["kv_off"]["seconds"] for p in pairs),
+            "same_hops_speedup": sum(p["kv_off"]["seconds"] for p in same) / sum(p["kv_on"]["seconds"] for p in same) if same else None,
+            "seconds_per_hop": {v: sum(p[v]["seconds"] for p in pairs) / max(1, sum(max(1, p[v]["hops"]) for p in pairs)) for v in ("kv_on", "kv_off")},
+        }
     if tree:
         for backend in sorted({r["backend"] for r in tree}):
             by = {v: [r["seconds"] for r in tree if r["backend"] == backend and r["variant"] == v] for v in ("parallel", "sequential")}
@@ -235,7 +248,12 @@ def tables(summary: dict, meta: dict) -> str:
         for v in ("kv_on", "kv_off"):
             s = summary[v]
             lines.append(f"| {v} | {s['n']} | {s['seconds_mean']:.1f} | {s['generated_mean']:.0f} | {s['prompt_mean']:.0f} | {s['computed_mean']:.0f} | {s['cached_mean']:.0f} | {s['cached_share']:.0%} | {s['hops_mean']:.2f} | {s['em']:.2f} |")
-        lines += ["", f"KV reuse: {summary['kv_on']['cached_share']:.0%} of prompt tokens served from cache (target at least 60%); time per question {summary['kv_speedup']:.2f}x faster with reuse.", "", "![KV reuse](../benchmarks/results/execution_kv.png)"]
+        lines += ["", f"KV reuse: {summary['kv_on']['cached_share']:.0%} of prompt tokens served from cache (target at least 60%); time per question {summary['kv_speedup']:.2f}x faster with reuse."]
+        if "kv_pairs" in summary:
+            p = summary["kv_pairs"]
+            sh = f"{p['same_hops_speedup']:.2f}x" if p["same_hops_speedup"] else "n/a"
+            lines += ["", f"Per question: faster with reuse on {p['faster_with_reuse']} of {p['n']}; same answer on {p['same_answer']} of {p['n']}; same hop count on {p['same_hops']} of {p['n']} (on those, {sh} faster with reuse); seconds per hop {p['seconds_per_hop']['kv_on']:.1f} with reuse vs {p['seconds_per_hop']['kv_off']:.1f} without."]
+        lines += ["", "![KV reuse](../benchmarks/results/execution_kv.png)"]
     trees = [k for k in summary if k.startswith("tree_")]
     if trees:
         lines += ["", "**Parallel tree vs one node at a time** (same trees):", "", "| backend | trees | parallel s | one-at-a-time s | speedup |", "|---|---:|---:|---:|---:|"]
@@ -248,6 +266,16 @@ def tables(summary: dict, meta: dict) -> str:
             em_text = f"{s['em']:.2f}" if s["em"] is not None else "not run"
             lines.append(f"| {t} | {s['n']} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {em_text} |")
     return "\n".join(lines)
+
+
+def run_meta(args: argparse.Namespace, k: int) -> dict:
+    return {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "model": args.model + ("" if args.quantize == "none" else f" ({args.quantize})"),
+        "dataset": args.questions.name.split(".")[0],
+        "k": k,
+    }
 
 
 def main() -> None:
@@ -263,6 +291,7 @@ def main() -> None:
     parser.add_argument("--no-server", action="store_true")
     parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="local model's linear layers (int8: about 2-3x faster on CPU)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
+    parser.add_argument("--from-rows", action="store_true", help="measure nothing: rebuild execution.json and the docs from results/execution_rows.jsonl")
     args = parser.parse_args()
 
     from nlqo.eval.datasets import QuestionSet
@@ -276,11 +305,22 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.from_rows:
+        rows = [json.loads(line) for line in (RESULTS / "execution_rows.jsonl").read_text().splitlines() if line.strip()]
+        previous = json.loads((RESULTS / "execution.json").read_text()).get("meta") if (RESULTS / "execution.json").exists() else None
+        previous = previous or run_meta(args, k=3)
+        by_part = {k: [r for r in rows if r["part"] == k] for k in ("kv", "tree", "tau")}
+        summary = summarise(by_part["kv"], by_part["tree"], by_part["tau"])
+        (RESULTS / "execution.json").write_text(json.dumps({"meta": previous, "summary": summary, **by_part}, indent=2))
+        if by_part["kv"]:
+            plot(by_part["kv"], RESULTS / "execution_kv.png")
+        write_block(REPO / "docs" / "execution.md", "execution-benchmark", tables(summary, previous))
+        return
     index = build_or_open_index(args.corpus, args.index)
     llm = load_local(args.model, quantize=args.quantize)
     engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "model": args.model + ("" if args.quantize == "none" else f" ({args.quantize})"), "dataset": args.questions.name.split(".")[0], "k": engine.k}
+    meta = run_meta(args, engine.k)
     RESULTS.mkdir(parents=True, exist_ok=True)
     parts: dict[str, list] = {"kv": [], "tree": [], "tau": []}
 
