@@ -308,3 +308,17 @@ def test_tiny_real_run_end_to_end(tmp_path, capsys):
     assert main(argv) == 0  # resumes: nothing to run, the index is reused
     assert len(read_records(out / "records.jsonl")) == 4
     assert (out / "index" / "manifest.json").stat().st_mtime_ns == built
+
+
+def test_a_yes_no_question_in_an_open_set_is_scored_on_the_first_yes_or_no(tmp_path):
+    path = tmp_path / "mixed.jsonl"
+    rows = [{"id": "a", "question": "Are both shrubs?", "answers": ["no"]}, {"id": "b", "question": "Is it big?", "answers": ["yes"]}, {"id": "c", "question": "Who?", "answers": ["Rush"]}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    mixed = QuestionSet.load(path)
+    assert mixed.kind == "open"
+    llm = ScriptedLLM([], default=lambda prompt: "Yes, both are." if "shrubs" in prompt or "big" in prompt else "Yes, Rush.")
+    strategies = {"no-rag": build_strategy("no-rag", llm, FakeRetriever(), k=2)}
+    Bench(mixed, strategies, tmp_path / "run", meta={"model": "scripted", "k": 2}, progress=False, clock=tick_clock()).run()
+    ems = {r["qid"]: r["em"] for r in read_records(tmp_path / "run" / "records.jsonl")}
+    # gold "no" vs a wordy "Yes, ...": wrong; gold "yes": right; an open question is scored as written
+    assert ems == {"a": 0.0, "b": 1.0, "c": 0.0}

@@ -132,7 +132,7 @@ class Bench:
         if self.judge is not None:
             judged = self.judge.grade(question.question, question.answers, result.answer if result else "")
         return make_record(
-            question, index, name, result, seconds, yes_no_question=self.questions.kind == YES_NO, judge=judged, error=error
+            question, index, name, result, seconds, yes_no_question=self.questions.kind == YES_NO or question.is_yes_no, judge=judged, error=error
         )
 
     def _execute(self, todo: list[tuple[int, str]]) -> Iterator[list[dict[str, Any]]]:
