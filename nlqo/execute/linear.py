@@ -34,12 +34,14 @@ def visible(text: str) -> str:
 
 
 _SCAFFOLD_LEAK = re.compile(r"\s*\b(?:Main Question|Question|Contexts)\s*:")
+_QUOTED_START = re.compile(r'^"([^"]+)"')
 _YES_NO = re.compile(r"^(yes|no)\b(?=\s*[,.;:!]|$)", re.IGNORECASE)
 
 
 def short_answer(text: str) -> str:
     """The answer as exact match wants it: first line, no scaffold the model went on to write,
-    no trailing period or quotes, and a bare "yes"/"no" when the answer starts with one.
+    no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
+    quoted name when the answer starts with one (``"Title" is ...``).
 
     >>> short_answer(' "Cincinnati".\\nMore text')
     'Cincinnati'
@@ -49,12 +51,16 @@ def short_answer(text: str) -> str:
     'No Doubt'
     >>> short_answer("Murcia. Question: Where")
     'Murcia'
+    >>> short_answer(' "Summer Wars" is from Japan.')
+    'Summer Wars'
     """
     text = visible(text)
     line = text.strip().splitlines()[0] if text.strip() else ""
     line = _SCAFFOLD_LEAK.split(line, 1)[0]
     if m := _YES_NO.match(line.strip()):
         return m.group(1).lower()
+    if m := _QUOTED_START.match(line.strip()):
+        return m.group(1).strip()
     return line.strip().rstrip(".").strip().strip("\"'").strip()
 
 
