@@ -13,7 +13,7 @@ from nlqo.cost import load_cost_model
 from nlqo.execute.engine import Engine
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, lower, shape
-from nlqo.execute.terminator import Terminator, max_similarity
+from nlqo.execute.terminator import Terminator, hops_at, max_similarity
 from nlqo.execute.tree import TreeExecutor
 from nlqo.llm import ScriptedLLM
 from nlqo.optimizer import Optimizer
@@ -196,3 +196,27 @@ def test_ask_falls_back_to_the_template_when_parsing_fails():
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.stop_reason.startswith("parse_failed; ")
     assert result.answer == "Cincinnati" and result.plan is None
+
+
+def test_hop_counts_at_lower_taus_can_be_read_off_one_run():
+    subs = ["alpha beta gamma delta", "zeta eta", "alpha beta zeta", "alpha beta gamma delta epsilon zeta", "alpha beta gamma delta epsilon"]
+
+    def run(tau: float):
+        def reply(prompt: str) -> str:
+            if prompt.rstrip().endswith("Question:"):
+                n = prompt.count("Based on the contexts,") - 2  # two in the demonstration
+                return " " + subs[min(n, len(subs) - 1)]
+            return " fact." if prompt.rstrip().endswith("Based on the contexts,") else " answer"
+
+        executor = LinearExecutor(ScriptedLLM([("", reply)]), KeywordRetriever(PASSAGES), HashEmbedder(), tau=tau, max_hops=6, kv_reuse=False)
+        return executor.run("alpha beta gamma delta epsilon")
+
+    top = run(0.99)
+    scores = [s.terminator_score for s in top.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None]
+    assert len(scores) == top.hops + 1 and top.stop_reason == "terminator"
+    seen = set()
+    for tau in (0.2, 0.4, 0.6, 0.8, 0.95):
+        actual = run(tau).hops
+        assert hops_at(scores, tau, top.hops) == actual
+        seen.add(actual)
+    assert len(seen) >= 3  # the taus really stop at different hops

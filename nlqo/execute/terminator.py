@@ -44,6 +44,27 @@ class Terminator:
         return score >= self.tau
 
 
+def hops_at(scores: Sequence[float], tau: float, ran_hops: int, min_hops: int = 1) -> int:
+    """Hops the linear template makes at ``tau``, read off a run at a higher tau.
+
+    ``scores`` are that run's terminator scores in order (hop 1 first, the sub-question it stopped
+    on last), ``ran_hops`` its hop count. Decoding is greedy and the transcript before a stop does
+    not depend on tau, so a lower tau stops at the first hop after ``min_hops`` whose score
+    reaches it; a higher tau than the run's cannot be read off.
+
+    >>> hops_at([0.5, 0.82, 0.88, 0.95], 0.8, 3)
+    1
+    >>> hops_at([0.5, 0.82, 0.88, 0.95], 0.85, 3)
+    2
+    >>> hops_at([0.9, 0.5, 0.7], 0.85, 3)
+    3
+    """
+    for hop, score in enumerate(scores, 1):
+        if hop > min_hops and score >= tau:
+            return hop - 1
+    return ran_hops
+
+
 def dedupe(sub_questions: Sequence[str]) -> list[str]:
     seen: dict[str, None] = {}
     for s in sub_questions:
