@@ -121,7 +121,7 @@ def build_engine(args: argparse.Namespace):
     if progress:
         print(f"nlqo: opening index {args.index} and loading {args.model} ...", file=sys.stderr, flush=True)
     index = Index.open(args.index)
-    llm = load_llm(args.model, quantize=args.quantize)
+    llm = load_llm(args.model, quantize=getattr(args, "quantize", "none"))
     embedder = index.embedder
     model = load_cost_model(getattr(args, "cost_model", "default"), path=getattr(args, "path", ()))
     optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm)
