@@ -220,3 +220,31 @@ def test_hop_counts_at_lower_taus_can_be_read_off_one_run():
         assert hops_at(scores, tau, top.hops) == actual
         seen.add(actual)
     assert len(seen) >= 3  # the taus really stop at different hops
+
+
+class TimedLLM:
+    """A backend whose reported wall time is exactly 3 ms per computed prompt token + 90 ms per generated one."""
+
+    def __init__(self, report_time: bool = True):
+        self.report_time = report_time
+
+    def complete(self, prompt, *, stop=(), max_tokens=256):
+        from nlqo.llm.base import Completion, Usage
+
+        prompt_tokens, generated = len(prompt.split()), max_tokens
+        wall = 3.0 * prompt_tokens + 90.0 * generated if self.report_time else 0.0
+        return Completion("x", Usage(prompt_tokens=prompt_tokens, generated_tokens=generated, wall_ms=wall, calls=1))
+
+
+def test_backend_costs_are_measured_by_two_probes():
+    from nlqo.execute.lower import measure_profile
+
+    base = BackendProfile(concurrency=4, kv_reuse=False)
+    measured = measure_profile(TimedLLM(), base)
+    assert measured.source == "measured"
+    assert measured.prefill_ms_per_token == pytest.approx(3.0) and measured.decode_ms_per_token == pytest.approx(90.0)
+    assert (measured.concurrency, measured.kv_reuse) == (4, False)  # what was not measured is kept
+    assert measure_profile(TimedLLM(report_time=False), base) == base  # no timings: stay with the assumption
+    plan = structural_plan(CHAIN)
+    reason = lower(plan, measured).reason
+    assert "measured per-token costs: prefill 3.0 ms, decode 90 ms" in reason

@@ -52,6 +52,35 @@ class PhysicalPlan:
     """Nodes by execution wave (tree)."""
 
 
+_PROBE_TEXT = (
+    "The river Thames flows through London, the capital of England. Paris lies on the Seine, "
+    "Vienna and Budapest on the Danube, Cairo on the Nile and Rome on the Tiber. "
+)
+
+
+def measure_profile(llm, base: BackendProfile = BackendProfile(), *, long_prompt_repeats: int = 4, decode_tokens: int = 6) -> BackendProfile:
+    """``base`` with per-token costs measured on ``llm`` by two probe calls.
+
+    One call prefills a long prompt and generates one token, the other prefills a short one and
+    generates ``decode_tokens``; their wall times and token counts give prefill and decode ms
+    per token (a 2x2 linear system). If the backend reports no timings or the system is
+    degenerate, ``base`` is returned unchanged (its ``source`` still says "assumed").
+    """
+    samples = []
+    for prompt, max_tokens in ((_PROBE_TEXT * long_prompt_repeats, 1), ("Rivers:", decode_tokens)):
+        usage = llm.complete(prompt, max_tokens=max_tokens).usage
+        samples.append((usage.prompt_tokens - usage.cached_prompt_tokens, max(1, usage.generated_tokens), usage.wall_ms))
+    (p1, g1, t1), (p2, g2, t2) = samples
+    det = p1 * g2 - p2 * g1
+    if det <= 0 or t1 <= 0 or t2 <= 0:
+        return base
+    prefill = (t1 * g2 - t2 * g1) / det
+    decode = (p1 * t2 - p2 * t1) / det
+    if prefill <= 0 or decode <= 0:
+        return base
+    return attrs.evolve(base, prefill_ms_per_token=prefill, decode_ms_per_token=decode, source="measured")
+
+
 def shape(plan: Plan) -> str:
     """'single', 'chain' (every node has at most one child) or 'branching'."""
     atoms = [n for n in plan.tree.nodes if n != ROOT]
@@ -95,7 +124,8 @@ def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3,
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
             f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}, "
-            f"KV reuse {'on' if profile.kv_reuse else 'off'}, {profile.source} per-token costs)"
+            f"KV reuse {'on' if profile.kv_reuse else 'off'}, {profile.source} per-token costs: prefill "
+            f"{profile.prefill_ms_per_token:.1f} ms, decode {profile.decode_ms_per_token:.0f} ms)"
         )
     hints = tuple(plan.query.atom(n).text() for n in plan.tree.postorder() if n != ROOT)
     return PhysicalPlan(operator=operator, logical=plan, estimates=estimates, reason=reason, hints=hints, waves=tuple(plan.tree.levels()))
