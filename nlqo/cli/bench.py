@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlqo.cli.common import add_quantize_option
+from nlqo.cli.common import add_quantize_option, apply_threads
 from nlqo.errors import ConfigError
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
@@ -159,10 +159,7 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
     retriever = index.retriever(args.retrieval)
     model = args.model or default_model()
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     llm = with_cache(load_llm(model, quantize=args.quantize), args.llm_cache)
     strategies = {spec: build_strategy(spec, llm, retriever, embedder=index.embedder, k=args.k) for spec in specs}
     judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None

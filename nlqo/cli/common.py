@@ -55,6 +55,14 @@ def add_quantize_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="local models: int8 swaps linear layers for dynamically quantized ones, about 2-3x faster on CPU, answers may differ slightly (default: %(default)s)")
 
 
+def apply_threads(args: argparse.Namespace) -> None:
+    """Set torch's thread count when ``--threads`` asks for one (this process is a command-line run)."""
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
+
+
 def load_llm(name: str, **options):
     """A backend by model name: a bundled model, a local directory or GGUF, or ``openai:MODEL@URL``.
 
@@ -114,10 +122,7 @@ def build_engine(args: argparse.Namespace):
     from nlqo.optimizer import Optimizer
 
     progress = not getattr(args, "quiet", False)
-    if getattr(args, "threads", None):
-        import torch
-
-        torch.set_num_threads(args.threads)
+    apply_threads(args)
     if progress:
         print(f"nlqo: opening index {args.index} and loading {args.model} ...", file=sys.stderr, flush=True)
     index = Index.open(args.index)
