@@ -281,6 +281,8 @@ def run_meta(args: argparse.Namespace, k: int) -> dict:
 
 
 def main() -> None:
+    from nlqo.models import QUANTIZATIONS
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-coder-0.5b")
     parser.add_argument("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz")
@@ -291,7 +293,7 @@ def main() -> None:
     parser.add_argument("--tau-limit", type=int, default=10)
     parser.add_argument("--parts", nargs="+", default=["kv", "tree", "tau"], choices=["kv", "tree", "tau"])
     parser.add_argument("--no-server", action="store_true")
-    parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="local model's linear layers (int8: about 2-3x faster on CPU)")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="local model's linear layers (int8: about 2-4x faster on CPU)")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
     parser.add_argument("--from-rows", action="store_true", help="measure nothing: rebuild execution.json and the docs from results/execution_rows.jsonl")
     args = parser.parse_args()

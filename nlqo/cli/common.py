@@ -52,7 +52,9 @@ def load_embedder(name: str):
 
 
 def add_quantize_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--quantize", choices=("none", "int8"), default="none", help="local models: int8 swaps linear layers for dynamically quantized ones, about 2-3x faster on CPU, answers may differ slightly (default: %(default)s)")
+    from nlqo.models import QUANTIZATIONS
+
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="local models: int8 swaps linear layers for dynamically quantized ones, about 2-4x faster on CPU (docs/models.md), answers may differ slightly (default: %(default)s)")
 
 
 def apply_threads(args: argparse.Namespace) -> None:

@@ -61,8 +61,6 @@ def _crop(cache: Any, length: int) -> None:
         cache.crop(-extra)
 
 
-QUANTIZATIONS = ("none", "int8")
-
 _END_OF_TURN = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<end_of_turn>", "<|end|>")
 """Special tokens that end a turn in common chat vocabularies; generation stops at any present."""
 
@@ -90,6 +88,8 @@ def quantized(model: Any, quantize: str) -> Any:
     if quantize == "none":
         return model
     if quantize != "int8":
+        from nlqo.models import QUANTIZATIONS
+
         raise ValueError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
     import warnings
 

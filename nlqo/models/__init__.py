@@ -14,6 +14,9 @@ from nlqo.models.convert import cache_root
 from nlqo.models.registry import BUNDLED, BundledModel, Part, get_bundled
 from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, resolve_model
 
+QUANTIZATIONS = ("none", "int8")
+"""What ``load_local(..., quantize=...)`` accepts (see :func:`nlqo.llm.local.quantized`)."""
+
 if TYPE_CHECKING:
     from nlqo.llm.local import TransformersLLM
 
@@ -39,6 +42,7 @@ __all__ = [
     "BundledModel",
     "Origin",
     "Part",
+    "QUANTIZATIONS",
     "ResolvedModel",
     "bundled_dir",
     "cache_root",
