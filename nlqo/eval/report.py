@@ -135,7 +135,10 @@ def baselines_section() -> str:
         "(Trivedi et al., ACL 2023) and Self-Ask (Press et al., EMNLP Findings 2023); the few-shot demonstrations are our own. "
         "Every strategy of a run uses the same model (greedy), retriever and top-k. Hops count retrievals. Baseline "
         "calls do not use the local backend's prefix KV cache; FlashRAG caps every generation at 32 tokens, "
-        "here answers keep 32 and the IRCoT and self-ask steps get 64.",
+        "here answers keep 32 and the IRCoT and self-ask steps get 64. Every strategy's final text, baseline or "
+        "engine, goes through the same extraction before scoring (`nlqo.answers.short_answer`: the first line, "
+        "without scaffold the model went on to write, a bare yes/no when it starts with one, the quoted name when it "
+        "starts with one, no trailing period).",
         "",
     ]
     for name, cls in BASELINES.items():

@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
 import attrs
 
-from nlqo.execute.linear import short_answer, visible
+from nlqo.answers import short_answer, visible
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever

@@ -30,7 +30,8 @@ from nlqo.prompts.baselines import (
     STANDARD_RAG,
     WIKI,
 )
-from nlqo.strategies.calls import chat, complete, refs, retrieve, short_answer, stop
+from nlqo.answers import short_answer
+from nlqo.strategies.calls import chat, complete, refs, retrieve, stop
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
@@ -119,7 +120,8 @@ class IRCoT:
     pools the passages (best score per passage, listed in ascending score as FlashRAG does, so the
     strongest passage sits next to the question). Each round generates one sentence; the run stops
     when a thought contains "So the answer is:" or after ``max_rounds`` thoughts. The answer is the
-    text after that marker, else (as in FlashRAG) all thoughts. Differences: thoughts are fed back
+    text after that marker, else (as in FlashRAG) all thoughts, through ``short_answer`` as for
+    every strategy. Differences: thoughts are fed back
     with their period (FlashRAG drops it at the stop string), and no retrieval follows the last
     permitted thought, since nothing would read it.
     """
@@ -156,7 +158,7 @@ class IRCoT:
                 break
         stop(trace, node, reason)
         chain = " ".join(thoughts)
-        answer = chain.split(IRCOT_ANSWER_MARK, 1)[1].strip().rstrip(".").strip() if IRCOT_ANSWER_MARK in chain else chain
+        answer = short_answer(chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain)
         best_first = sorted(pool.values(), key=lambda h: -h.score)
         return _result(self.name, question, answer, trace, started, supporting=refs(best_first), stop_reason=reason, hops=hops)
 
@@ -216,7 +218,7 @@ class SelfAsk:
                 hops += 1
         stop(trace, f"round-{r}", reason)
         return _result(
-            self.name, question, final_answer(scratch), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
+            self.name, question, short_answer(final_answer(scratch)), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
         )
 
 

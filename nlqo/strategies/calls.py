@@ -45,17 +45,3 @@ def stop(trace: Trace, node: str, reason: str) -> str:
 
 def refs(hits: Iterable[Hit]) -> tuple[PassageRef, ...]:
     return tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
-
-
-def short_answer(text: str) -> str:
-    """The first non-empty line of a generation, stripped.
-
-    >>> short_answer("\\n  Paris\\nThe capital of France.")
-    'Paris'
-    >>> short_answer("")
-    ''
-    """
-    for line in text.splitlines():
-        if line.strip():
-            return line.strip()
-    return ""

@@ -1,0 +1,52 @@
+"""What a strategy's final generation is turned into before it is scored.
+
+Every strategy, baseline or engine, passes its answer text through ``short_answer``, so exact
+match compares the same kind of string for all of them.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def visible(text: str) -> str:
+    """Text before the first special-token marker (``<|endoftext|>`` and kin that a model emits
+    without the backend treating it as the end).
+
+    >>> visible("Spain<|endoftext|>Human: next")
+    'Spain'
+    """
+    return text.split("<|", 1)[0]
+
+
+_SCAFFOLD_LEAK = re.compile(r"\s*\b(?:Main Question|Question|Contexts)\s*:")
+_QUOTED_START = re.compile(r'^"([^"]+)"')
+_YES_NO = re.compile(r"^(yes|no)\b(?=\s*[,.;:!]|$)", re.IGNORECASE)
+
+
+def short_answer(text: str) -> str:
+    """The answer as exact match wants it: first line, no scaffold the model went on to write,
+    no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
+    quoted name when the answer starts with one (``"Title" is ...``).
+
+    >>> short_answer(' "Cincinnati".\\nMore text')
+    'Cincinnati'
+    >>> short_answer("Yes, both are shrubs. Main Question: Are Sut")
+    'yes'
+    >>> short_answer("No Doubt")
+    'No Doubt'
+    >>> short_answer("Murcia. Question: Where")
+    'Murcia'
+    >>> short_answer(' "Summer Wars" is from Japan.')
+    'Summer Wars'
+    >>> short_answer("")
+    ''
+    """
+    text = visible(text)
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    line = _SCAFFOLD_LEAK.split(line, 1)[0]
+    if m := _YES_NO.match(line.strip()):
+        return m.group(1).lower()
+    if m := _QUOTED_START.match(line.strip()):
+        return m.group(1).strip()
+    return line.strip().rstrip(".").strip().strip("\"'").strip()
