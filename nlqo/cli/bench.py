@@ -134,6 +134,8 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
         cmd += ["--jobs", str(args.jobs)]
     if getattr(args, "quantize", "none") != "none":
         cmd += ["--quantize", args.quantize]
+    if getattr(args, "threads", None):
+        cmd += ["--threads", str(args.threads)]
     return cmd
 
 
@@ -166,6 +168,7 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     meta: dict[str, Any] = {
         "model": model,
         "quantize": args.quantize,
+        "threads": args.threads,
         "embedder": index.manifest.embedder,
         "retrieval": args.retrieval,
         "k": args.k,
