@@ -17,7 +17,7 @@ from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
 from nlqo.eval.report import targets, write_report
-from nlqo.eval.runner import Bench, interleave
+from nlqo.eval.runner import Bench, interleave, refresh
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
 from nlqo.strategies import build_strategy
@@ -202,6 +202,38 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     assert again.count("<!-- BEGIN bench-report -->") == 1 and again.endswith("Hand-written notes stay.\n")
     with pytest.raises(ConfigError, match="no summary.json"):
         write_report([tmp_path / "absent"], docs)
+
+
+def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
+    budget = itertools.count()
+
+    @attrs.define(eq=False)
+    class Interrupting:
+        inner: object
+        name: str
+
+        def run(self, question, trace=None):
+            if next(budget) == 7:
+                raise KeyboardInterrupt
+            return self.inner.run(question, trace)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench(questions, tmp_path / "part", {n: Interrupting(s, n) for n, s in make_strategies().items()}).run()
+    docs = tmp_path / "docs" / "benchmarks.md"
+    write_report([tmp_path / "part"], docs)  # no summary.json yet: made from the 7 records
+    text = docs.read_text()
+    assert "### toy (part): 1 questions" in text and "summarized while in progress" in text
+    assert "**4 of the 5 questions are not yet finished by every strategy**" in text
+    summary = json.loads((tmp_path / "part" / "summary.json").read_text())
+    assert (summary["records"], summary["n"]) == (7, 1)
+    assert "finished" not in json.loads((tmp_path / "part" / "run.json").read_text())
+    refresh(tmp_path / "part")  # records unchanged: summary left as it is
+    assert json.loads((tmp_path / "part" / "summary.json").read_text()) == summary
+
+    bench(questions, tmp_path / "part").run()
+    write_report([tmp_path / "part"], docs)
+    text = docs.read_text()
+    assert "### toy (part): 5 questions" in text and "summarized while in progress" not in text and "not yet finished" not in text
 
 
 def test_targets_compare_auto_with_the_baselines():

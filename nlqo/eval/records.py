@@ -84,13 +84,14 @@ def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
         os.fsync(fh.fileno())
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Every complete record in ``path`` ([] when absent); a torn last line is cut off the file."""
+def read_records(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
+    """Every complete record in ``path`` ([] when absent); a torn last line is cut off the file
+    (left alone with ``repair=False``, for readers while a run may still be writing)."""
     if not path.exists():
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
-    if end < len(data):
+    if repair and end < len(data):
         with open(path, "r+b") as fh:
             fh.truncate(end)
     records = []

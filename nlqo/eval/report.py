@@ -18,7 +18,7 @@ import attrs
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval.plots import PLOTS
-from nlqo.eval.runner import SUMMARY
+from nlqo.eval.runner import SUMMARY, refresh
 from nlqo.eval.summary import differences_table, markdown_table
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
@@ -31,7 +31,8 @@ PROMPTS = {"no-rag": (NO_RAG,), "standard-rag": (STANDARD_RAG,), "iter-retgen": 
 
 
 def load_run(folder: str | Path) -> dict[str, Any]:
-    """The summary of a result folder (its ``meta`` holds ``run.json``)."""
+    """The summary of a result folder (its ``meta`` holds ``run.json``), brought up to date with its records."""
+    refresh(folder)
     path = Path(folder) / SUMMARY
     if not path.is_file():
         raise ConfigError(f"{folder}: no {SUMMARY}; run 'nlqo bench ... --out {folder}' first")
@@ -88,6 +89,20 @@ def _machine(meta: dict[str, Any]) -> str:
     return f"{m.get('cpus', '?')} CPUs, {m.get('memory_gib', '?')} GiB, {m.get('platform', '?')}{busy}"
 
 
+def _quantization(meta: dict[str, Any]) -> str:
+    """How the model's weights were used, when not as stored.
+
+    >>> _quantization({"quantize": "int8"}), _quantization({"quantize": "none"})
+    (' with int8 linear layers (--quantize int8)', '')
+    """
+    kind = meta.get("quantize") or "none"
+    return "" if kind == "none" else f" with {kind} linear layers (--quantize {kind})"
+
+
+def _threads(meta: dict[str, Any]) -> str:
+    return f", {meta['threads']} torch thread(s)" if meta.get("threads") else ""
+
+
 def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
     slug = Path(summary["folder"]).resolve().name
     target = docs.parent / "benchmarks" / slug
@@ -109,14 +124,19 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     lines = [
         f"### {summary['dataset']} ({Path(summary['folder']).name}): {summary['n']} questions",
         "",
-        f"- model `{meta.get('model', '?')}`, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
-        f"- machine: {_machine(meta)}; nlqo {meta.get('nlqo_version', '?')}",
-        f"- run started {meta.get('started', '?')}, finished {meta.get('finished', '?')}",
+        f"- model `{meta.get('model', '?')}`{_quantization(meta)}, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
+        f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}",
+        f"- run started {meta.get('started', '?')}, " + (
+            f"finished {meta.get('finished', '?')}" if "summarized" not in meta else f"summarized while in progress {meta['summarized']}"
+        ),
     ]
     if command:
         lines.append(f"- reproduce: `{shlex.join(command)}`")
     if summary["pending"]:
-        lines.append(f"- {summary['pending']} question(s) not finished by every strategy are left out")
+        lines.append(
+            f"- **{summary['pending']} of the {summary['questions']} questions are not yet finished by every strategy** and are "
+            "left out; the command above resumes the run"
+        )
     lines += ["", markdown_table(summary), "EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
     lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary)]

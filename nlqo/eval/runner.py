@@ -111,8 +111,12 @@ class Bench:
         info = info if info is not None else json.loads((self.out / RUN).read_text(encoding="utf-8"))
         info["finished"] = _now()
         _write_json(self.out / RUN, info)
-        records = read_records(self.out / RECORDS)
-        summary = summarize(records, self.questions, self.names, seed=self.seed, meta=info)
+        return self.write_summary(info)
+
+    def write_summary(self, info: dict[str, Any], records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """Write ``summary.json`` (``info`` as its ``meta``), ``results.md`` and the plots; return the summary."""
+        records = read_records(self.out / RECORDS) if records is None else records
+        summary = {**summarize(records, self.questions, self.names, seed=self.seed, meta=info), "records": len(records)}
         _write_json(self.out / SUMMARY, summary)
         (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
         write_plots(summary, complete_rows(records, self.questions, self.names), self.out)
@@ -183,6 +187,31 @@ class Bench:
             info["started"] = _now()
         _write_json(path, info)
         return info
+
+
+def refresh(folder: str | Path) -> None:
+    """Rewrite a result folder's summary, table and plots when its records have changed since
+    (a run still going, or one stopped before it finished).
+
+    The questions are read again from the file ``run.json`` names (its absolute path, else the
+    path as the command gave it, from the current folder) and must have the recorded SHA-256.
+    """
+    folder = Path(folder)
+    records, summary = folder / RECORDS, folder / SUMMARY
+    done = read_records(records, repair=False)
+    if not done or (summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("records") == len(done)):
+        return
+    info = json.loads((folder / RUN).read_text(encoding="utf-8"))
+    command = info.get("command") or []
+    given = command[command.index("--questions") + 1] if "--questions" in command[:-1] else None
+    candidates = [p for p in (info.get("questions_file"), given) if p and Path(p).is_file()]
+    if not candidates:
+        raise ConfigError(f"{folder}: cannot find its question file {info.get('questions_file')!r} to summarize its records")
+    questions = QuestionSet.load(candidates[0], limit=info.get("limit"))
+    if questions.sha256 != info.get("questions_sha256"):
+        raise ConfigError(f"{folder}: {candidates[0]} is not the question file this run used (SHA-256 differs)")
+    bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)
+    bench.write_summary({**info, "summarized": _now()}, done)
 
 
 def render_results(summary: dict[str, Any]) -> str:
