@@ -14,20 +14,33 @@ def _figure(width: float, height: float):
     return Figure(figsize=(width, height), layout="constrained")
 
 
+MARKERS = "osD^vP*Xhp<>"
+
+
 def em_vs_seconds(summary: dict[str, Any], path: Path) -> Path:
-    """EM (%) against mean seconds per question, one labelled point per strategy."""
-    fig = _figure(6.4, 4.4)
+    """EM (%) against mean seconds per question, one marker per strategy named in the legend
+    (labels beside points overlap when strategies cost alike); log time axis when times span 10x."""
+    fig = _figure(7.2, 4.4)
     ax = fig.subplots()
-    for name in summary["strategies"]:
+    seconds = []
+    for i, name in enumerate(summary["strategies"]):
         r = summary["results"][name]
         if r["seconds"] is None or r["em"] is None:
             continue
-        ax.scatter(r["seconds"], 100 * r["em"], s=40)
-        ax.annotate(name, (r["seconds"], 100 * r["em"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        seconds.append(r["seconds"])
+        ax.scatter(r["seconds"], 100 * r["em"], s=55, marker=MARKERS[i % len(MARKERS)], label=name, alpha=0.85)
+    if seconds and min(seconds) > 0 and max(seconds) / min(seconds) >= 10:
+        from matplotlib.ticker import LogLocator, ScalarFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+        ax.xaxis.set_major_formatter(ScalarFormatter())
     ax.set_xlabel("seconds per question (mean)")
     ax.set_ylabel("EM (%)")
     ax.set_title(f"{summary['dataset']}: EM vs time (n={summary['n']})")
-    ax.grid(alpha=0.3)
+    ax.grid(alpha=0.3, which="both")
+    if seconds:
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.savefig(path, dpi=120)
     return path
 
