@@ -103,6 +103,18 @@ def _threads(meta: dict[str, Any]) -> str:
     return f", {meta['threads']} torch thread(s)" if meta.get("threads") else ""
 
 
+def _commits(meta: dict[str, Any]) -> str:
+    """The source commit(s) a run's records came from.
+
+    >>> _commits({"nlqo_commit": "abc"}), _commits({"commits": ["abc", "def"]}), _commits({})
+    (' at abc', ' at abc, def (resumed on a later commit)', '')
+    """
+    commits = [c for c in meta.get("commits") or [meta.get("nlqo_commit")] if c]
+    if not commits:
+        return ""
+    return f" at {', '.join(commits)}" + (" (resumed on a later commit)" if len(commits) > 1 else "")
+
+
 def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
     slug = Path(summary["folder"]).resolve().name
     target = docs.parent / "benchmarks" / slug
@@ -125,7 +137,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
         f"### {summary['dataset']} ({Path(summary['folder']).name}): {summary['n']} questions",
         "",
         f"- model `{meta.get('model', '?')}`{_quantization(meta)}, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
-        f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}",
+        f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}{_commits(meta)}",
         f"- run started {meta.get('started', '?')}, " + (
             f"finished {meta.get('finished', '?')}" if "summarized" not in meta else f"summarized while in progress {meta['summarized']}"
         ),

@@ -63,6 +63,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def source_commit() -> str | None:
+    """The git commit nlqo runs from (``+dirty`` with uncommitted changes), or None outside a checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "nlqo"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -171,6 +186,7 @@ class Bench:
             **self.meta,
             "machine": machine(),
             "nlqo_version": __version__,
+            "nlqo_commit": source_commit(),
         }
         path = self.out / RUN
         if path.exists():
@@ -183,6 +199,7 @@ class Bench:
                     )
             info["started"] = old.get("started", _now())
             info["resumed"] = [*old.get("resumed", []), _now()]
+            info["commits"] = list(dict.fromkeys([*old.get("commits", [old.get("nlqo_commit")]), info["nlqo_commit"]]))
         else:
             info["started"] = _now()
         _write_json(path, info)
