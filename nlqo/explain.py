@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from nlqo.cost import CostContext, CostModel
 from nlqo.ir import Const, Var
 from nlqo.plan import ROOT, Cost, Plan
+from nlqo.syntax import answer_text
 
 JSON_VERSION = 1
 
@@ -107,7 +108,7 @@ def to_dict(
     return {
         "version": JSON_VERSION,
         "question": q.question,
-        "answer_var": str(q.answer),
+        "answer_var": answer_text(q),
         "root": ROOT,
         "nodes": nodes,
         "cost": {"total": plan.cost.total, "terms": dict(plan.cost.terms), "model": model.name if model else None},

@@ -80,12 +80,13 @@ class Relation:
 class Query:
     """A parsed question: atoms, pinned relations and what answers it.
 
-    ``answer`` is a :class:`Var` (the variable whose value answers the question) or the id of the
-    atom whose answer is the answer.
+    ``answer`` holds what answers the question: :class:`Var` s (variables whose values answer it)
+    and ids of atoms whose answers do; more than one when the question compares or combines
+    them ("Which film came out first, A or B?"). A single target is accepted and wrapped.
     """
 
     atoms: tuple[Atom, ...]
-    answer: Var | str
+    answer: tuple[Var | str, ...] = attrs.field(converter=lambda t: tuple(t) if isinstance(t, (tuple, list)) else (t,))
     question: str | None = None
     relations: tuple[Relation, ...] = ()
 

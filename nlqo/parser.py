@@ -78,6 +78,12 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
         reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         usage = usage + reply.usage
         text = clean(reply.text)
+        if attempts and reply.text == attempts[-1]:
+            # The same IR with the same error makes the same repair prompt: a greedy model would
+            # only repeat itself again, so stop here.
+            attempts.append(reply.text)
+            errors.append(errors[-1])
+            break
         attempts.append(reply.text)
         try:
             query = parse(text, source="<llm>")
@@ -95,8 +101,10 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
             if name in ("normalize_variables", "merge_duplicate_atoms"):
                 program = rule(program)
         return ParseResult(program.query, render(program.query), attempt + 1, usage, program.warnings)
+    repeated = len(attempts) > 1 and attempts[-1] == attempts[-2]
     raise ParseFailure(
-        f"the LLM did not write valid IR for {question!r} in {repairs + 1} attempts",
+        f"the LLM did not write valid IR for {question!r} in {len(attempts)} attempts"
+        + (" (it repeated itself, so no further repair was asked for)" if repeated else ""),
         attempts=tuple(attempts),
         errors=tuple(errors),
     )

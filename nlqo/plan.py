@@ -128,8 +128,7 @@ class Plan:
     def label(self, node: str) -> str:
         """A readable description of a node."""
         if node == ROOT:
-            ans = self.query.answer
-            target = str(ans) if isinstance(ans, Var) else ans
+            target = ", ".join(str(t) for t in self.query.answer)
             return f"Answer {target}" + (f": {self.query.question}" if self.query.question else "")
         return self.query.atom(node).text()
 

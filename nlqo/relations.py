@@ -45,10 +45,10 @@ def depths(query: Query) -> dict[str, int | None]:
     for a in query.atoms:
         for v in a.variables:
             by_var.setdefault(v, []).append(a)
-    if isinstance(query.answer, Var):
-        start = [a.id for a in by_var.get(query.answer.name, [])]
-    else:
-        start = [query.answer]
+    start: list[str] = []
+    for target in query.answer:
+        found = [a.id for a in by_var.get(target.name, [])] if isinstance(target, Var) else [target]
+        start += [s for s in found if s not in start]
     depth: dict[str, int | None] = {a.id: None for a in query.atoms}
     queue = deque(start)
     for s in start:

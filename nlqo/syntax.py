@@ -56,7 +56,7 @@ _ERROR_EXAMPLES: dict[str, list[str]] = {
         "relation",
     ],
     "the question is written: question \"text\"": ["question What is it?", "question"],
-    "the answer is written: answer ?variable or answer ATOM_ID": ["answer", 'answer "x"', "answer ?a ?b"],
+    "the answer is written: answer ?variable or answer ATOM_ID (several: answer ?a, ?b)": ["answer", 'answer "x"', "answer ?a ?b", "answer ?a,"],
     "one statement a line: put a line break between statements": [
         'q1 = (?a, "p", ?b) q2 = (?a, "p", ?b)',
         "answer ?a answer ?b",
@@ -99,8 +99,8 @@ class _ToIR(lark.Transformer):
 
     @lark.v_args(meta=True)
     def answer(self, meta, items):
-        token = str(items[0])
-        return ("answer", meta.line, Var(token[1:]) if token.startswith("?") else token)
+        targets = tuple(Var(str(t)[1:]) if str(t).startswith("?") else str(t) for t in items)
+        return ("answer", meta.line, targets)
 
     def start(self, items):
         return [i for i in items if i is not None]
@@ -152,7 +152,7 @@ def _classify_line(text: str, line: int) -> str | None:
 
 def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
     question: str | None = None
-    answer: tuple[int, Var | str] | None = None
+    answer: tuple[int, tuple[Var | str, ...]] | None = None
     atoms: list[tuple[int, Atom]] = []
     relations: list[tuple[int, Relation]] = []
     for kind, line, value in statements:
@@ -183,18 +183,26 @@ def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
             raise IRSemanticError(f"relation of atom {r.left!r} with itself", line=line, source=source)
     if answer is None:
         raise IRSemanticError("no answer statement: add 'answer ?variable' or 'answer ATOM_ID'", source=source)
-    line, target = answer
-    if isinstance(target, Var):
-        if not any(target.name in a.variables for _, a in atoms):
-            raise IRSemanticError(f"answer variable {target} is not mentioned by any atom", line=line, source=source)
-    elif target not in ids:
-        raise IRSemanticError(f"answer names unknown atom {target!r}", line=line, source=source)
+    line, targets = answer
+    for target in targets:
+        if isinstance(target, Var):
+            if not any(target.name in a.variables for _, a in atoms):
+                raise IRSemanticError(f"answer variable {target} is not mentioned by any atom", line=line, source=source)
+        elif target not in ids:
+            raise IRSemanticError(f"answer names unknown atom {target!r}", line=line, source=source)
+    if len(set(targets)) != len(targets):
+        raise IRSemanticError("answer names a target twice", line=line, source=source)
     return Query(
         atoms=tuple(a for _, a in atoms),
-        answer=target,
+        answer=targets,
         question=question,
         relations=tuple(r for _, r in relations),
     )
+
+
+def answer_text(query: Query) -> str:
+    """The answer targets as the IR writes them: ``?year1, ?year2``."""
+    return ", ".join(str(t) for t in query.answer)
 
 
 def render(query: Query) -> str:
@@ -206,5 +214,5 @@ def render(query: Query) -> str:
         lines.append(f"{a.id} = ({a.subject}, {a.predicate}, {a.object})")
     for r in query.relations:
         lines.append(f"relation {r.left} {r.kind} {r.right}")
-    lines.append(f"answer {query.answer}")
+    lines.append(f"answer {answer_text(query)}")
     return "\n".join(lines) + "\n"

@@ -133,6 +133,16 @@ def test_inferred_relations_need_no_llm():
     assert rel.stats.llm_calls == 0 and rel.stats.pruned_pairs == 2
 
 
+def test_a_comparison_plans_both_sides_under_the_root():
+    q = parse(
+        'question "Which film came out first, Jaws or Alien?"\n'
+        'q1 = ("Jaws", "released in", ?year1)\nq2 = ("Alien", "released in", ?year2)\nanswer ?year1, ?year2'
+    )
+    plan = Optimizer(cost_model=STRUCTURAL).optimize(q)
+    assert dict(plan.tree.parent) == {"q1": ROOT, "q2": ROOT} and plan.left_out == ()
+    assert plan.label(ROOT) == "Answer ?year1, ?year2: Which film came out first, Jaws or Alien?"
+
+
 def test_largest_joinable_set_is_planned_and_the_rest_reported():
     q = parse(
         'q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", "y")\n'

@@ -15,7 +15,7 @@ def test_valid_output_is_parsed_normalised_and_deduplicated():
     assert q.question == "Where was the director of Jaws born?"
     assert [a.id for a in q.atoms] == ["q1", "q2"]
     assert q.atoms[0].subject == Var("director")
-    assert q.answer == Var("city")
+    assert q.answer == (Var("city"),)
     assert result.attempts == 1
     assert result.warnings == ("merged duplicate atom q3 into q1",)
     assert result.usage.calls == 1
@@ -31,11 +31,21 @@ def test_invalid_output_is_repaired_with_the_error_in_the_prompt():
 
 
 def test_gives_up_after_the_repair_budget_and_shows_every_attempt():
-    llm = ScriptedLLM([("", "I cannot do that.")])
+    replies = iter(["I cannot do that.", "Still no.", "No IR here."])
+    llm = ScriptedLLM([], default=lambda prompt: next(replies))
     with pytest.raises(ParseFailure) as info:
         parse_question("Who?", llm, repairs=2)
     assert len(llm.calls) == 3
     err = info.value
-    assert len(err.attempts) == 3 and all(a == "I cannot do that." for a in err.attempts)
+    assert err.attempts == ("I cannot do that.", "Still no.", "No IR here.")
     assert "no atoms" in err.errors[0]
-    assert "I cannot do that." in str(err) and "attempt 3" in str(err)
+    assert "No IR here." in str(err) and "attempt 3" in str(err) and "in 3 attempts" in str(err)
+
+
+def test_a_repair_that_repeats_the_reply_stops_the_repairs():
+    """The same reply and error make the same repair prompt: a greedy model would repeat itself."""
+    bad = 'q1 = (?d, "died", "Payment On Demand")\nanswer Payment On Demand'
+    llm = ScriptedLLM([("", bad)])
+    with pytest.raises(ParseFailure, match="in 2 attempts \\(it repeated itself") as info:
+        parse_question("Which film has the director died earlier, Payment On Demand or X?", llm, repairs=2)
+    assert len(llm.calls) == 2 and info.value.attempts == (bad, bad)

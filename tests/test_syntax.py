@@ -20,6 +20,16 @@ answer ?band
 """
 
 
+def test_an_answer_may_name_several_targets():
+    q = parse('q1 = ("Jaws", "released in", ?y1)\nq2 = ("Alien", "released in", ?y2)\nq3 = (?d, "directed", "Jaws")\nanswer ?y1, ?y2, q3')
+    assert q.answer == (Var("y1"), Var("y2"), "q3")
+    assert render(q).endswith("answer ?y1, ?y2, q3\n") and parse(render(q)) == q
+    with pytest.raises(IRSemanticError, match="answer names a target twice"):
+        parse('q1 = ("Jaws", "released in", ?y1)\nanswer ?y1, ?y1')
+    with pytest.raises(IRSemanticError, match="answer variable \\?zz is not mentioned"):
+        parse('q1 = ("Jaws", "released in", ?y1)\nanswer ?y1, ?zz')
+
+
 def test_parses_the_issue_example_into_values():
     q = parse(EXAMPLE)
     assert q.question == "Which Canadian rock band released Counterparts?"
@@ -27,7 +37,7 @@ def test_parses_the_issue_example_into_values():
     assert q.atoms[1].subject == Var("drummer") and q.atoms[1].object == Var("band")
     assert q.atoms[2].object == Const("Modern Drummer Hall of Fame")
     assert q.relations[0].left == "q2" and q.relations[0].kind == "parent" and q.relations[0].right == "q3"
-    assert q.answer == Var("band")
+    assert q.answer == (Var("band"),)
 
 
 def test_string_escapes_round_trip():

@@ -7,6 +7,7 @@ from nlqo.prompts import Prompt
 _IR_RULES = """Rewrite the question as atomic queries in the nlqo IR, one statement a line:
   qN = (subject, "predicate", object)   # each term is a ?variable or a "quoted string"
   answer ?variable                      # the variable whose value answers the question
+                                        # (a comparison lists each side: answer ?a, ?b)
 Each atom is one subject-predicate-object fact to look up. Use a ?variable for every unknown
 entity and reuse it where the same unknown appears again. Use as few atoms as the question needs
 (one to four). Write only the IR lines, nothing else."""
@@ -34,6 +35,12 @@ PARSE = Prompt(
             'q1 = (?author, "wrote", "Dracula")\n'
             'q2 = (?author, "attended", ?university)\n'
             "answer ?university",
+        ),
+        (
+            "Question: Which film came out first, Jaws or Alien?",
+            'q1 = ("Jaws", "released in", ?year1)\n'
+            'q2 = ("Alien", "released in", ?year2)\n'
+            "answer ?year1, ?year2",
         ),
     ),
     stop=("\n\n\n", "Question:"),

@@ -21,7 +21,7 @@ def merge_duplicate_atoms(program: Program) -> Program:
     >>> q = parse('q1 = (?x, "born in", "Paris")\\nq2 = (?x, "Born in", "paris")\\nanswer q2')
     >>> p = merge_duplicate_atoms(Program(q))
     >>> [a.id for a in p.query.atoms], p.query.answer, p.warnings
-    (['q1'], 'q1', ('merged duplicate atom q2 into q1',))
+    (['q1'], ('q1',), ('merged duplicate atom q2 into q1',))
     """
     q = program.query
     first: dict[tuple, str] = {}
@@ -44,6 +44,6 @@ def merge_duplicate_atoms(program: Program) -> Program:
         if left != right and (left, right) not in seen:
             seen.add((left, right))
             relations.append(Relation(left, r.kind, right))
-    answer = rename.get(q.answer, q.answer) if isinstance(q.answer, str) else q.answer
+    answer = tuple(dict.fromkeys(rename.get(t, t) if isinstance(t, str) else t for t in q.answer))
     query = attrs.evolve(q, atoms=tuple(atoms), relations=tuple(relations), answer=answer)
     return attrs.evolve(program, query=query)

@@ -32,5 +32,5 @@ def normalize_variables(program: Program) -> Program:
     """
     q = program.query
     atoms = tuple(Atom(a.id, _term(a.subject), _term(a.predicate), _term(a.object)) for a in q.atoms)
-    answer = Var(_name(q.answer.name)) if isinstance(q.answer, Var) else q.answer
+    answer = tuple(dict.fromkeys(Var(_name(t.name)) if isinstance(t, Var) else t for t in q.answer))
     return attrs.evolve(program, query=attrs.evolve(q, atoms=atoms, answer=answer))
