@@ -18,6 +18,7 @@ from nlqo.execute.tree import TreeExecutor
 from nlqo.llm import ScriptedLLM
 from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
+from nlqo.prompts.execution import LINEAR
 from nlqo.syntax import parse
 
 OLDER = parse(
@@ -112,7 +113,7 @@ def linear_llm():
 
     def reply(prompt: str) -> str:
         if prompt.rstrip().endswith("Question:"):
-            n = prompt.count("Based on the contexts,") - 2  # two in the demonstration
+            n = prompt.count("Based on the contexts,") - LINEAR.prefix.count("Based on the contexts,")  # the demonstrations' own
             return [" Who directed the film Jaws?", " Where was Steven Spielberg born?"][n] if n < 2 else " In which city was the director of Jaws born?"
         if prompt.rstrip().endswith("Based on the contexts,"):
             return " Steven Spielberg directed Jaws." if "directed the film Jaws?" in prompt.split("Main Question: In which city was the director of Jaws born?\n")[-1][-400:] else " Spielberg was born in Cincinnati."
@@ -204,7 +205,7 @@ def test_hop_counts_at_lower_taus_can_be_read_off_one_run():
     def run(tau: float):
         def reply(prompt: str) -> str:
             if prompt.rstrip().endswith("Question:"):
-                n = prompt.count("Based on the contexts,") - 2  # two in the demonstration
+                n = prompt.count("Based on the contexts,") - LINEAR.prefix.count("Based on the contexts,")  # the demonstrations' own
                 return " " + subs[min(n, len(subs) - 1)]
             return " fact." if prompt.rstrip().endswith("Based on the contexts,") else " answer"
 

@@ -70,11 +70,37 @@ So the answer to the Main Question ({_DEMO_Q}) is: Cincinnati
 
 """
 
+_COMPARE_Q = "Which film came out first, Jaws or Alien?"
+_COMPARE = f"""Main Question: {_COMPARE_Q}
+To answer the Main Question ({_COMPARE_Q}), I propose the following additional question:
+Question: When was the film Jaws released?
+Contexts:
+[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg.
+[2] Jaws (novel): Jaws is a 1974 novel by Peter Benchley.
+Based on the contexts, the film Jaws was released in 1975.
+To answer the Main Question ({_COMPARE_Q}), using the following facts:
+- the film Jaws was released in 1975.
+I propose the following additional question:
+Question: When was the film Alien released?
+Contexts:
+[1] Alien (film): Alien is a 1979 science fiction horror film directed by Ridley Scott.
+[2] Aliens (film): Aliens is a 1986 science fiction action film directed by James Cameron.
+Based on the contexts, the film Alien was released in 1979.
+To answer the Main Question ({_COMPARE_Q}), using the following facts:
+- the film Jaws was released in 1975.
+- the film Alien was released in 1979.
+I propose the following additional question:
+Question: {_COMPARE_Q}
+So the answer to the Main Question ({_COMPARE_Q}) is: Jaws
+
+"""
+
 LINEAR = LinearTemplate(
     prefix="Answer the Main Question step by step. At each step propose one additional question that "
     "retrieves a missing fact, read the contexts, and state the fact they give in one sentence. When the "
     "facts are enough, propose the Main Question itself, then give a short answer (a name, date, number, "
-    "or yes/no), not a sentence.\n\n" + _DEMO,
+    "or yes/no), not a sentence. When the Main Question asks which of several things, the answer is one "
+    "of them.\n\n" + _DEMO + _COMPARE,
 )
 
 REWRITE = Prompt(
