@@ -127,7 +127,8 @@ REWRITE = Prompt(
 ANSWER = Prompt(
     name="tree-answer",
     instruction="Answer the question from the contexts and the known answers. Reply with a short "
-    "answer only (a name, date, number, or yes/no), not a sentence.",
+    "answer only (a name, date, number, or yes/no), not a sentence. When the question asks which of "
+    "several things, the answer is one of them.",
     template="Contexts:\n{passages}\n{known}Question: {question}\nAnswer:",
     examples=(
         (
