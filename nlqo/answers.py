@@ -19,13 +19,14 @@ def visible(text: str) -> str:
     return text.split("<|", 1)[0]
 
 
-_SCAFFOLD_LEAK = re.compile(r"\s*\b(?:Main Question|Question|Contexts)\s*:")
+_SCAFFOLD_LEAK = re.compile(r"\s*(?:\b(?:Main Question|Question|Contexts)\s*:|\(Plan step\b)")
 _QUOTED_START = re.compile(r'^"([^"]+)"')
 _YES_NO = re.compile(r"^(yes|no)\b(?=\s*[,.;:!]|$)", re.IGNORECASE)
 
 
 def short_answer(text: str) -> str:
-    """The answer as exact match wants it: first line, no scaffold the model went on to write,
+    """The answer as exact match wants it: first line, no scaffold the model went on to write
+    (including the linear template's plan-step hints),
     no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
     quoted name when the answer starts with one (``"Title" is ...``).
 
@@ -37,6 +38,8 @@ def short_answer(text: str) -> str:
     'No Doubt'
     >>> short_answer("Murcia. Question: Where")
     'Murcia'
+    >>> short_answer("Tottenham Hotspur F.C. (Plan step 1: ?club known as")
+    'Tottenham Hotspur F.C'
     >>> short_answer(' "Summer Wars" is from Japan.')
     'Summer Wars'
     >>> short_answer("")
