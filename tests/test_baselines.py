@@ -219,3 +219,38 @@ def test_spec_parsing_round_trips():
     assert split_specs("no-rag,,linear[tau=0.8,alpha=1], auto") == ["no-rag", "linear[tau=0.8,alpha=1]", "auto"]
     with pytest.raises(ConfigError, match="write option=value"):
         parse_spec("linear[tau]")
+
+
+def test_baselines_ask_the_backend_to_reuse_its_prefix_cache():
+    """Like the engine's calls, so every strategy gets the same backend features."""
+
+    class PrefixLLM(ScriptedLLM):
+        def __init__(self):
+            super().__init__([], default=lambda prompt: " So the answer is: Paris.")
+            self.flags = []
+
+        def chat(self, messages, *, stop=(), max_tokens=256, prefix_cache=False):
+            self.flags.append(prefix_cache)
+            return super().chat(messages, stop=stop, max_tokens=max_tokens)
+
+        def complete(self, prompt, *, stop=(), max_tokens=256, prefix_cache=None):
+            if prefix_cache is not None:  # None: ScriptedLLM.chat calling its own complete
+                self.flags.append(prefix_cache)
+            return super().complete(prompt, stop=stop, max_tokens=max_tokens)
+
+    for name in ("no-rag", "standard-rag", "iter-retgen", "ircot", "self-ask"):
+        llm = PrefixLLM()
+        build_strategy(name, llm, FakeRetriever(), k=2).run("Q1: capital of France?")
+        assert llm.calls and llm.flags == [True] * len(llm.calls), name
+
+
+def test_each_strategy_of_a_bench_gets_its_own_fork_of_a_local_backend():
+    from nlqo.cli.bench import own_backend
+
+    class Forkable:
+        def fork(self):
+            return Forkable()
+
+    llm, plain = Forkable(), ScriptedLLM([])
+    assert own_backend(llm) is not llm and isinstance(own_backend(llm), Forkable)
+    assert own_backend(plain) is plain

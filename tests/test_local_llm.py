@@ -214,6 +214,19 @@ def test_complete_can_reuse_a_cached_prefix(fresh):
 
 
 @real_model
+def test_a_fork_shares_the_weights_but_not_the_prefix_cache(fresh):
+    shared = "Answer with one word.\n" * 6
+    fresh.complete(shared + "Q: The colour of the sky?\nA:", max_tokens=2, prefix_cache=True)
+    fork = fresh.fork()
+    assert fork.model is fresh.model and fork._lock is fresh._lock
+    assert fork.cached_prefixes() == () and len(fresh.cached_prefixes()) == 1
+    first = fork.complete(shared + "Q: The colour of grass?\nA:", max_tokens=2, prefix_cache=True)
+    again = fork.complete(shared + "Q: The colour of snow?\nA:", max_tokens=2, prefix_cache=True)
+    assert first.usage.cached_prompt_tokens == 0 and again.usage.cached_prompt_tokens > 30
+    assert len(fresh.cached_prefixes()) == 1 and len(fork.cached_prefixes()) == 2
+
+
+@real_model
 def test_one_model_serves_a_thread_pool(fresh):
     prompts = ["The sun is", "Water boils at", "The moon is", "Cats like to"]
     sequential = [fresh.complete(p, max_tokens=4).text for p in prompts]

@@ -139,6 +139,13 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     return cmd
 
 
+def own_backend(llm):
+    """The backend one strategy of a bench uses: a fork with its own prefix cache when the backend
+    can fork (a local model), so no strategy's timing depends on which one ran before it."""
+    fork = getattr(llm, "fork", None)
+    return fork() if callable(fork) else llm
+
+
 def default_model() -> str:
     """The project's default model (``nlqo.cli.common.DEFAULT_MODEL`` once it exists)."""
     from nlqo.cli import common
@@ -163,7 +170,7 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     model = args.model or default_model()
     apply_threads(args)
     llm = with_cache(load_llm(model, quantize=args.quantize), args.llm_cache)
-    strategies = {spec: build_strategy(spec, llm, retriever, embedder=index.embedder, k=args.k) for spec in specs}
+    strategies = {spec: build_strategy(spec, own_backend(llm), retriever, embedder=index.embedder, k=args.k) for spec in specs}
     judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None
     meta: dict[str, Any] = {
         "model": model,

@@ -86,18 +86,28 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
     return text[:best], best != len(text)
 
 
+def complete_reusing_prefix(llm: LLM, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+    """``llm.complete``, asking backends that keep a prefix KV cache to reuse it (see :func:`chat_reusing_prefix`)."""
+    if _takes_prefix_cache(llm.complete):
+        return llm.complete(prompt, stop=stop, max_tokens=max_tokens, prefix_cache=True)  # type: ignore[call-arg]
+    return llm.complete(prompt, stop=stop, max_tokens=max_tokens)
+
+
+def _takes_prefix_cache(method) -> bool:
+    import inspect
+
+    try:
+        return "prefix_cache" in inspect.signature(method).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def chat_reusing_prefix(llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
     """``llm.chat``, asking backends that keep a prefix KV cache to reuse it.
 
     Prompts of one kind share their instruction and demonstrations, so a local backend serves that
     common prefix from its cache; other backends are called as usual.
     """
-    import inspect
-
-    try:
-        accepts = "prefix_cache" in inspect.signature(llm.chat).parameters
-    except (TypeError, ValueError):
-        accepts = False
-    if accepts:
+    if _takes_prefix_cache(llm.chat):
         return llm.chat(messages, stop=stop, max_tokens=max_tokens, prefix_cache=True)  # type: ignore[call-arg]
     return llm.chat(messages, stop=stop, max_tokens=max_tokens)

@@ -219,6 +219,14 @@ class TransformersLLM:
         ids = self.encode(prefix, special=special)
         return Session(self, ids, len(ids) if cache_prefix else 0)
 
+    def fork(self) -> "TransformersLLM":
+        """A backend on the same weights (and the same lock, so calls still run one at a time)
+        with its own, empty prefix cache: strategies measured side by side each keep their own
+        warm prefixes instead of evicting or borrowing one another's."""
+        other = attrs.evolve(self, total=Usage())
+        other._lock = self._lock
+        return other
+
     def clear_prefix_cache(self) -> None:
         with self._lock:
             self._prefixes.clear()

@@ -1,4 +1,9 @@
-"""Traced LLM and retriever calls shared by the baseline strategies."""
+"""Traced LLM and retriever calls shared by the baseline strategies.
+
+LLM calls ask the backend to reuse its prefix KV cache, as the engine's own calls do (a server
+with automatic prefix caching would do the same for any client); what only the linear template
+has is a transcript that grows in one KV state.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import time
 from typing import Iterable, Sequence
 
 from nlqo.execute.trace import PassageRef, Step, Trace
-from nlqo.llm.base import LLM
+from nlqo.llm.base import LLM, chat_reusing_prefix, complete_reusing_prefix
 from nlqo.passages import Hit, Retriever
 from nlqo.prompts import Prompt
 from nlqo.prompts.baselines import TextPrompt
@@ -15,7 +20,7 @@ from nlqo.prompts.baselines import TextPrompt
 def chat(llm: LLM, prompt: Prompt, trace: Trace, node: str, **inputs: str) -> str:
     """Send a chat prompt; record the call; return the generated text."""
     started = trace.now_ms()
-    completion = llm.chat(prompt.messages(**inputs), stop=prompt.stop, max_tokens=prompt.max_tokens)
+    completion = chat_reusing_prefix(llm, prompt.messages(**inputs), stop=prompt.stop, max_tokens=prompt.max_tokens)
     trace.record(Step.llm(node, completion.usage, completion.text, started))
     return completion.text
 
@@ -23,7 +28,7 @@ def chat(llm: LLM, prompt: Prompt, trace: Trace, node: str, **inputs: str) -> st
 def complete(llm: LLM, prompt: TextPrompt, trace: Trace, node: str, *, stop: Sequence[str] = (), **inputs: str) -> str:
     """Continue a raw text prompt (its stop strings plus ``stop``); record the call."""
     started = trace.now_ms()
-    completion = llm.complete(prompt.text(**inputs), stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
+    completion = complete_reusing_prefix(llm, prompt.text(**inputs), stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
     trace.record(Step.llm(node, completion.usage, completion.text, started))
     return completion.text
 
