@@ -249,3 +249,11 @@ def test_backend_costs_are_measured_by_two_probes():
     plan = structural_plan(CHAIN)
     reason = lower(plan, measured).reason
     assert "measured per-token costs: prefill 3.0 ms, decode 90 ms" in reason
+
+
+def test_the_bench_auto_strategy_lowers_on_measured_costs_and_the_others_do_not_probe():
+    from nlqo.strategies import build_strategy
+
+    built = {name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder()) for name in ("auto", "tree")}
+    assert built["auto"].engine.profile.source == "measured" and built["auto"].engine.profile.decode_ms_per_token == pytest.approx(90.0)
+    assert built["tree"].engine.profile.source == "assumed"

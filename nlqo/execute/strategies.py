@@ -3,7 +3,8 @@
 Each builder takes ``(llm, retriever, *, embedder, k, **options)`` and returns an object with
 ``name`` and ``run(question, trace=None) -> RunResult``. Options: ``tau``, ``max_hops``,
 ``kv_reuse``, ``parallel``, ``workers``, ``alpha`` (similarity scale of the default cost model),
-``relation_cache`` (bool: keep LLM answers about atom pairs across questions).
+``relation_cache`` (bool: keep LLM answers about atom pairs across questions). ``auto`` measures
+the backend's per-token costs once, when built, as ``nlqo ask --strategy auto`` does.
 """
 
 from __future__ import annotations
@@ -28,10 +29,15 @@ class EngineStrategy:
         return self.engine.ask(question, strategy=self.mode, trace=trace)
 
 
-def _engine(llm: LLM, retriever: Retriever, embedder: Embedder, k: int, options: dict[str, Any]) -> Engine:
+def _engine(llm: LLM, retriever: Retriever, embedder: Embedder, k: int, options: dict[str, Any], *, measure: bool = False) -> Engine:
     from nlqo.cost import load_cost_model
+    from nlqo.execute.lower import BackendProfile, measure_profile
     from nlqo.optimizer import Optimizer
     from nlqo.relations import RelationCache
+
+    if measure:  # as `nlqo ask --strategy auto` does: lower on this backend's measured per-token costs
+        base = BackendProfile(kv_reuse=options.get("kv_reuse", True) and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
+        options["profile"] = measure_profile(llm, base)
 
     model = load_cost_model("default")
     if "alpha" in options:
@@ -43,7 +49,8 @@ def _engine(llm: LLM, retriever: Retriever, embedder: Embedder, k: int, options:
 
 def _builder(mode: str):
     def build(llm: LLM, retriever: Retriever, *, embedder: Embedder, k: int = 3, name: str | None = None, **options: Any) -> EngineStrategy:
-        return EngineStrategy(name=name or mode, engine=_engine(llm, retriever, embedder, k, dict(options)), mode=mode)
+        engine = _engine(llm, retriever, embedder, k, dict(options), measure=mode == "auto")
+        return EngineStrategy(name=name or mode, engine=engine, mode=mode)
 
     build.__name__ = mode
     build.__doc__ = f"The engine with --strategy {mode}."
