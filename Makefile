@@ -10,7 +10,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 
-.PHONY: demo test install install-test clean-venv
+.PHONY: demo test install install-test clean-venv bench bench-report
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,3 +46,21 @@ test: install-test
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The benchmark docs/benchmarks.md reports (issue 5): every strategy on the first 50 questions of
+# three data sets in ../shared/data, on the default model. Hours of CPU; each run resumes where
+# it stopped, so run `make -j2 bench` again until it finishes (two data sets at a time, one torch
+# thread each on a 2-core machine).
+BENCH_DATA ?= ../shared/data
+BENCH_SETS ?= hotpotqa_dev_199 2wiki_dev_300 musique_dev_200
+BENCH_FLAGS ?= --limit 50 --quantize int8 --threads 1
+BENCH_OUT ?= benchmarks/results/bench
+
+bench: $(addprefix bench-,$(BENCH_SETS))
+	$(MAKE) bench-report
+
+bench-%: install $(VENV)/.model-$(MODEL)
+	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --corpus $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(BENCH_OUT)/$* --model $(MODEL) $(BENCH_FLAGS)
+
+bench-report:
+	$(NLQO) bench --report $(wildcard $(BENCH_OUT)/*)
