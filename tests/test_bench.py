@@ -222,7 +222,7 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     docs = tmp_path / "docs" / "benchmarks.md"
     write_report([tmp_path / "part"], docs)  # no summary.json yet: made from the 7 records
     text = docs.read_text()
-    assert "### toy (part): 1 questions" in text and "summarized while in progress" in text
+    assert "### toy (part): 1 question\n" in text and "summarized while in progress" in text
     assert "**4 of the 5 questions are not yet finished by every strategy**" in text
     summary = json.loads((tmp_path / "part" / "summary.json").read_text())
     assert (summary["records"], summary["n"]) == (7, 1)

@@ -134,7 +134,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     against = "auto" if "auto" in summary["strategies"] else None
     command = meta.get("command")
     lines = [
-        f"### {summary['dataset']} ({Path(summary['folder']).name}): {summary['n']} questions",
+        f"### {summary['dataset']} ({Path(summary['folder']).name}): {summary['n']} question{'' if summary['n'] == 1 else 's'}",
         "",
         f"- model `{meta.get('model', '?')}`{_quantization(meta)}, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
         f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}{_commits(meta)}",

@@ -235,7 +235,7 @@ def render_results(summary: dict[str, Any]) -> str:
     """``results.md``: the run's table, EM differences and plots."""
     meta = summary["meta"]
     lines = [
-        f"# {summary['dataset']}: {summary['n']} questions",
+        f"# {summary['dataset']}: {summary['n']} question{'' if summary['n'] == 1 else 's'}",
         "",
         f"model `{meta.get('model', '?')}`, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, "
         f"top-k {meta.get('k', '?')}; started {meta.get('started', '?')}",
