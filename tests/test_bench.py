@@ -69,6 +69,24 @@ def bench(questions, out, strategies=None, **kw) -> Bench:
     return Bench(questions, strategies or make_strategies(), out, meta={"model": "scripted", "k": 2}, progress=False, **kw)
 
 
+def interrupted_run(questions, out, *, after: int) -> None:
+    """A bench run killed (KeyboardInterrupt) when its run number ``after`` starts."""
+    budget = itertools.count()
+
+    @attrs.define(eq=False)
+    class Interrupting:
+        inner: object
+        name: str
+
+        def run(self, question, trace=None):
+            if next(budget) == after:
+                raise KeyboardInterrupt
+            return self.inner.run(question, trace)
+
+    with pytest.raises(KeyboardInterrupt):
+        bench(questions, out, {n: Interrupting(s, n) for n, s in make_strategies().items()}).run()
+
+
 def comparable(summary: dict) -> dict:
     """A summary without its run metadata and the strategies' own wall-clock split."""
     out = {k: v for k, v in summary.items() if k != "meta"}
@@ -102,21 +120,7 @@ def test_summary_values(questions, tmp_path):
 def test_resume_after_an_interrupted_run_gives_the_same_summary(questions, tmp_path):
     full = bench(questions, tmp_path / "full").run()
 
-    budget = itertools.count()
-    strategies = make_strategies()
-
-    @attrs.define(eq=False)
-    class Interrupting:
-        inner: object
-        name: str
-
-        def run(self, question, trace=None):
-            if next(budget) == 7:
-                raise KeyboardInterrupt
-            return self.inner.run(question, trace)
-
-    with pytest.raises(KeyboardInterrupt):
-        bench(questions, tmp_path / "part", {n: Interrupting(s, n) for n, s in strategies.items()}).run()
+    interrupted_run(questions, tmp_path / "part", after=7)
     path = tmp_path / "part" / "records.jsonl"
     assert len(read_records(path)) == 7
     assert not (tmp_path / "part" / "summary.json").exists()
@@ -205,20 +209,7 @@ def test_report_is_generated_between_markers(questions, tmp_path):
 
 
 def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
-    budget = itertools.count()
-
-    @attrs.define(eq=False)
-    class Interrupting:
-        inner: object
-        name: str
-
-        def run(self, question, trace=None):
-            if next(budget) == 7:
-                raise KeyboardInterrupt
-            return self.inner.run(question, trace)
-
-    with pytest.raises(KeyboardInterrupt):
-        bench(questions, tmp_path / "part", {n: Interrupting(s, n) for n, s in make_strategies().items()}).run()
+    interrupted_run(questions, tmp_path / "part", after=7)
     docs = tmp_path / "docs" / "benchmarks.md"
     write_report([tmp_path / "part"], docs)  # no summary.json yet: made from the 7 records
     text = docs.read_text()
