@@ -132,14 +132,9 @@ def build_engine(args: argparse.Namespace):
     embedder = index.embedder
     model = load_cost_model(getattr(args, "cost_model", "default"), path=getattr(args, "path", ()))
     optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm)
-    profile = None
-    if getattr(args, "strategy", None) == "auto":
-        from nlqo.execute.lower import BackendProfile, measure_profile
-
-        if progress:
-            print("nlqo: measuring the backend's per-token costs for the cost-based lowering ...", file=sys.stderr, flush=True)
-        base = BackendProfile(kv_reuse=not args.no_kv_reuse and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
-        profile = measure_profile(llm, base)
+    measure_costs = getattr(args, "strategy", None) == "auto"
+    if measure_costs and progress:
+        print("nlqo: measuring the backend's per-token costs for the cost-based lowering ...", file=sys.stderr, flush=True)
     return Engine.create(
         llm,
         index.retriever(args.mode),
@@ -151,7 +146,7 @@ def build_engine(args: argparse.Namespace):
         kv_reuse=not args.no_kv_reuse,
         parallel=not args.sequential,
         workers=args.workers,
-        profile=profile,
+        measure_costs=measure_costs,
     )
 
 

@@ -57,11 +57,18 @@ class Engine:
         parallel: bool = True,
         workers: int | None = None,
         profile: BackendProfile | None = None,
+        measure_costs: bool = False,
     ) -> "Engine":
+        """An engine with default parts; ``measure_costs`` times the backend's per-token costs once
+        (a few short generations) so that ``auto`` lowers on measured rather than default costs."""
         from nlqo.cost import load_cost_model
+        from nlqo.execute.lower import measure_profile
 
         optimizer = optimizer or Optimizer(cost_model=load_cost_model("default"), embedder=embedder, llm=llm)
-        profile = profile or attrs.evolve(BackendProfile(), kv_reuse=kv_reuse and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
+        if profile is None:
+            profile = BackendProfile(kv_reuse=kv_reuse and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
+            if measure_costs:
+                profile = measure_profile(llm, profile)
         return cls(
             llm=llm,
             retriever=retriever,

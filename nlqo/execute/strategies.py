@@ -31,20 +31,15 @@ class EngineStrategy:
 
 def _engine(llm: LLM, retriever: Retriever, embedder: Embedder, k: int, options: dict[str, Any], *, measure: bool = False) -> Engine:
     from nlqo.cost import load_cost_model
-    from nlqo.execute.lower import BackendProfile, measure_profile
     from nlqo.optimizer import Optimizer
     from nlqo.relations import RelationCache
-
-    if measure:  # as `nlqo ask --strategy auto` does: lower on this backend's measured per-token costs
-        base = BackendProfile(kv_reuse=options.get("kv_reuse", True) and hasattr(llm, "session"), concurrency=getattr(llm, "concurrency", 1))
-        options["profile"] = measure_profile(llm, base)
 
     model = load_cost_model("default")
     if "alpha" in options:
         model = model.with_params(alpha=float(options.pop("alpha")))
     cache = RelationCache() if options.pop("relation_cache", True) else None
     optimizer = Optimizer(cost_model=model, embedder=embedder, llm=llm, cache=cache)
-    return Engine.create(llm, retriever, embedder, optimizer=optimizer, k=k, **options)
+    return Engine.create(llm, retriever, embedder, optimizer=optimizer, k=k, measure_costs=measure, **options)
 
 
 def _builder(mode: str):
