@@ -21,7 +21,7 @@ from nlqo.eval.metrics import (
     score,
     yes_no,
 )
-from nlqo.eval.summary import differences_table, strategy_summary
+from nlqo.eval.summary import differences_table, markdown_table, strategy_summary
 from nlqo.llm.scripted import ScriptedLLM
 
 
@@ -182,6 +182,16 @@ def test_strategy_summary_means_and_counts():
     assert (s["judge_acc"], s["evidence_complete"], s["evidence_share"]) == (1.0, 0.5, 0.75)
     assert s["hops_histogram"] == {"2": 1, "4": 1}
     assert s["stop_reasons"] == {"answer": 1, "max_rounds": 1} and s["errors"] == 1
+    assert s["parse_failed"] == 0
+
+
+def test_the_table_counts_questions_whose_plan_did_not_parse():
+    rows = [{"em": 1.0, "stop_reason": "root_answered"}, {"em": 0.0, "stop_reason": "parse_failed; terminator"},
+            {"em": 0.0, "stop_reason": "parse_failed; max_hops"}]  # fmt: skip
+    summary = {"strategies": ["tree"], "results": {"tree": strategy_summary(rows)}}
+    row = markdown_table(summary).splitlines()[2].split(" | ")
+    head = markdown_table(summary).splitlines()[0].split(" | ")
+    assert row[head.index("parse failed")] == "2"
 
 
 def test_differences_table_orients_pairs_against_a_strategy():

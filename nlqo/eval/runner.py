@@ -24,7 +24,7 @@ from nlqo.eval.datasets import YES_NO, QuestionSet
 from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
-from nlqo.eval.summary import complete_rows, differences_table, markdown_table, summarize
+from nlqo.eval.summary import complete_rows, counted, differences_table, markdown_table, summarize
 from nlqo.strategies import Strategy
 
 RUN = "run.json"
@@ -235,7 +235,7 @@ def render_results(summary: dict[str, Any]) -> str:
     """``results.md``: the run's table, EM differences and plots."""
     meta = summary["meta"]
     lines = [
-        f"# {summary['dataset']}: {summary['n']} question{'' if summary['n'] == 1 else 's'}",
+        f"# {summary['dataset']}: {counted(summary['n'], 'question')}",
         "",
         f"model `{meta.get('model', '?')}`, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, "
         f"top-k {meta.get('k', '?')}; started {meta.get('started', '?')}",

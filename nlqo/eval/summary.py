@@ -19,6 +19,8 @@ MEANS = (
     "generated_tokens", "retrievals", "hops",
 )  # fmt: skip
 """Record fields averaged per strategy."""
+PARSE_FAILED = "parse_failed"
+"""Stop-reason prefix of an engine run whose question did not parse (it ran the linear template instead)."""
 
 
 def complete_rows(records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
@@ -37,9 +39,9 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means and counts of one strategy's records.
 
     >>> s = strategy_summary([{"em": 1.0, "hops": 2, "stop_reason": "answer", "evidence_complete": True},
-    ...                       {"em": 0.0, "hops": 3, "stop_reason": "max_rounds", "evidence_complete": None}])
-    >>> s["em"], s["hops_histogram"], s["evidence_complete"], s["n"]
-    (0.5, {'2': 1, '3': 1}, 1.0, 2)
+    ...                       {"em": 0.0, "hops": 3, "stop_reason": "parse_failed; terminator", "evidence_complete": None}])
+    >>> s["em"], s["hops_histogram"], s["evidence_complete"], s["n"], s["parse_failed"]
+    (0.5, {'2': 1, '3': 1}, 1.0, 2, 1)
     """
     out: dict[str, Any] = {"n": len(rows)}
     for field in MEANS:
@@ -54,6 +56,7 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["hops_histogram"] = {str(h): hops[h] for h in sorted(hops)}
     out["stop_reasons"] = dict(sorted(Counter(r.get("stop_reason", "") for r in rows).items()))
     out["errors"] = sum(1 for r in rows if r.get("error"))
+    out["parse_failed"] = sum(1 for r in rows if str(r.get("stop_reason", "")).startswith(PARSE_FAILED))
     return out
 
 
@@ -81,6 +84,15 @@ def summarize(
     }
 
 
+def counted(n: int, noun: str) -> str:
+    """``n`` and ``noun``, plural unless ``n`` is 1.
+
+    >>> counted(1, "question"), counted(14, "question")
+    ('1 question', '14 questions')
+    """
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}"
 
@@ -93,7 +105,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
     """The results table of a summary (percentages for EM, F1, Acc, judge and evidence recall)."""
     head = (
         "| strategy | EM | F1 | Acc | judge | s/question (plan + exec) | LLM calls | generated tokens "
-        "| prompt tokens computed / cached | hops | all gold retrieved | gold retrieved | errors |"
+        "| prompt tokens computed / cached | hops | all gold retrieved | gold retrieved | parse failed | errors |"
     )
     lines = [head, "|" + "---|" * head.count(" | ") + "---|"]
     for name in summary["strategies"]:
@@ -103,7 +115,7 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| {name} | {_pct(r['em'])} | {_pct(r['f1'])} | {_pct(r['acc'])} | {_pct(r['judge_acc'])} | {seconds} "
             f"| {_num(r['llm_calls'])} | {_num(r['generated_tokens'])} "
             f"| {_num(r['computed_prompt_tokens'], 0)} / {_num(r['cached_prompt_tokens'], 0)} | {_num(r['hops'])} "
-            f"| {_pct(r['evidence_complete'])} | {_pct(r['evidence_share'])} | {r['errors']} |"
+            f"| {_pct(r['evidence_complete'])} | {_pct(r['evidence_share'])} | {r.get('parse_failed', '-')} | {r['errors']} |"
         )
     return "\n".join(lines) + "\n"
 
