@@ -237,3 +237,44 @@ def test_concurrent_threads_race_on_one_key(tmp_path):
     assert texts == [big_reply("same")] * 8
     assert llm.misses == 8
     assert len(entries(tmp_path)) == 1 and leftovers(tmp_path) == []
+
+
+class PrefixLLM(ScriptedLLM):
+    """A scripted backend that records whether it was asked to reuse its prefix KV cache, and forks."""
+
+    def __init__(self, forks: list | None = None) -> None:
+        super().__init__([], default=echo)
+        self.prefix_requests: list[bool] = []
+        self.forks = forks if forks is not None else []
+
+    def complete(self, prompt, *, stop=(), max_tokens=256, prefix_cache=False):
+        self.prefix_requests.append(prefix_cache)
+        return super().complete(prompt, stop=stop, max_tokens=max_tokens)
+
+    def fork(self):
+        child = PrefixLLM(self.forks)
+        self.forks.append(child)
+        return child
+
+
+def test_prefix_cache_requests_reach_the_backend_on_a_miss(tmp_path):
+    from nlqo.llm.base import complete_reusing_prefix
+
+    inner = PrefixLLM()
+    llm = CachedLLM(inner, tmp_path)
+    complete_reusing_prefix(llm, "a b")
+    llm.complete("c d")
+    assert inner.prefix_requests == [True, False]
+    assert is_cache_hit(complete_reusing_prefix(llm, "c d"))  # the key does not depend on the request for reuse
+    assert inner.prefix_requests == [True, False]
+
+
+def test_a_fork_shares_the_folder_over_a_forked_backend(tmp_path):
+    inner = PrefixLLM()
+    llm = CachedLLM(inner, tmp_path)
+    llm.complete("a b")
+    forked = llm.fork()
+    assert forked.inner is inner.forks[0] and forked.directory == llm.directory
+    assert is_cache_hit(forked.complete("a b")) and inner.forks[0].calls == []
+    plain = CachedLLM(ScriptedLLM([], default=echo), tmp_path).fork()
+    assert isinstance(plain.inner, ScriptedLLM) and is_cache_hit(plain.complete("a b"))
