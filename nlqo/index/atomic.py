@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from nlqo.processes import process_alive
+
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
@@ -64,17 +66,6 @@ def remove_stale(target: Path) -> list[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
-
-
-def process_alive(pid: int) -> bool:
-    """Whether a process with this id exists (staging folders of dead builders may be removed)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _exchange(a: Path, b: Path) -> bool:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping
 
 from nlqo.errors import ModelNotAvailable
-from nlqo.index.atomic import process_alive
+from nlqo.processes import process_alive
 
 MARKER = "nlqo-model.json"
 """Written last into a converted directory: what it was made from."""
