@@ -217,6 +217,7 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     assert "**4 of the 5 questions are not yet finished by every strategy**" in text
     summary = json.loads((tmp_path / "part" / "summary.json").read_text())
     assert (summary["records"], summary["n"]) == (7, 1)
+    assert "\n4 questions not finished by every strategy are left out.\n" in (tmp_path / "part" / "results.md").read_text()
     assert "finished" not in json.loads((tmp_path / "part" / "run.json").read_text())
     refresh(tmp_path / "part")  # records unchanged: summary left as it is
     assert json.loads((tmp_path / "part" / "summary.json").read_text()) == summary

@@ -100,7 +100,7 @@ def _quantization(meta: dict[str, Any]) -> str:
 
 
 def _threads(meta: dict[str, Any]) -> str:
-    return f", {meta['threads']} torch thread(s)" if meta.get("threads") else ""
+    return f", {counted(meta['threads'], 'torch thread')}" if meta.get("threads") else ""
 
 
 def _commits(meta: dict[str, Any]) -> str:

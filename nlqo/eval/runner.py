@@ -247,7 +247,7 @@ def render_results(summary: dict[str, Any]) -> str:
         *[f"![{name}]({name})" for name in ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")],
     ]
     if summary["pending"]:
-        lines.insert(2, f"{summary['pending']} question(s) not finished by every strategy are left out.\n")
+        lines.insert(2, f"{counted(summary['pending'], 'question')} not finished by every strategy {'is' if summary['pending'] == 1 else 'are'} left out.\n")
     return "\n".join(lines) + "\n"
 
 
