@@ -10,7 +10,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 
-.PHONY: demo test install install-test clean-venv bench bench-report
+.PHONY: demo test install install-test clean-venv bench bench-report ablations
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,4 +63,23 @@ bench-%: install $(VENV)/.model-$(MODEL)
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --corpus $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(BENCH_OUT)/$* --model $(MODEL) $(BENCH_FLAGS)
 
 bench-report:
-	$(NLQO) bench --report $(wildcard $(BENCH_OUT)/*)
+	$(NLQO) bench --report $(wildcard $(BENCH_OUT)/*) $(wildcard $(ABLATION_OUT)/*)
+
+# The ablations of issue 5, one result folder each, on the first ABLATION_LIMIT HotpotQA questions:
+# the terminator threshold and KV reuse on the linear template; the similarity scale, the relation
+# cache and parallel execution on the tree. `make -j2 ablations`, then `make bench-report`.
+ABLATION_SET ?= hotpotqa_dev_199
+ABLATION_LIMIT ?= 20
+ABLATION_OUT ?= benchmarks/results/ablations
+ABLATION_tau := --strategies linear --tau 0.8,0.85,0.9
+ABLATION_kv-reuse := --strategies linear --kv-reuse on,off
+ABLATION_alpha := --strategies tree --alpha 1,5,10,20
+ABLATION_relation-cache := --strategies tree --relation-cache on,off
+ABLATION_parallel := --strategies tree --parallel on,off
+
+ablations: $(addprefix ablation-,tau kv-reuse alpha relation-cache parallel)
+
+ablation-%: install $(VENV)/.model-$(MODEL)
+	$(NLQO) bench --questions $(BENCH_DATA)/$(ABLATION_SET).jsonl.gz --corpus $(BENCH_DATA)/$(ABLATION_SET)_corpus.jsonl.gz \
+		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(ABLATION_LIMIT) --quantize int8 --threads 1 \
+		$(ABLATION_$*)

@@ -150,8 +150,9 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
             "left out; the command above resumes the run"
         )
     lines += ["", markdown_table(summary), "EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
-    lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
-    lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary)]
+    if against is not None:  # the targets compare auto with the others; an ablation run has none to check
+        lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
+        lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary)]
     lines += ["", *_copy_plots(summary, docs), ""]
     return "\n".join(lines)
 
