@@ -186,6 +186,12 @@ def test_outputs_table_and_plots(questions, tmp_path):
         data = (tmp_path / "run" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
         assert f"]({name})" in table
+    answers = (tmp_path / "run" / "answers.md").read_text().splitlines()
+    head = answers[2].split(" | ")
+    rows = [line.split(" | ") for line in answers[4:]]
+    assert len(rows) == 5 and "[answers.md](answers.md)" in table
+    column = head.index("standard-rag")
+    assert sum(row[column].startswith("✓ ") for row in rows) == 3  # its EM is 60% of 5
     run = json.loads((tmp_path / "run" / "run.json").read_text())
     assert run["dataset"] == "toy" and run["model"] == "scripted" and run["machine"]["cpus"] == os.cpu_count()
 
@@ -198,6 +204,7 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     assert text.count("<!-- BEGIN bench-report -->") == 1 and "### toy (toy-run): 5 questions" in text
     assert "| toy | toy-run | 5 | no-rag, standard-rag, ircot, self-ask | scripted |" in text
     assert "Targets:" not in text  # they compare auto with the others: nothing to check without auto
+    assert "[answers.md](../toy-run/answers.md)" in text
     assert (tmp_path / "docs" / "benchmarks" / "toy-run" / "hops_histogram.png").is_file()
     assert "### ircot" in text and "So the answer is:" in text  # baselines documented from the code
     docs.write_text(text + "\nHand-written notes stay.\n")

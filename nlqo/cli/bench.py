@@ -25,6 +25,7 @@ output folder (--out DIR):
   summary.json     per-strategy EM/F1/Acc, time, tokens, hops, evidence recall, and paired
                    bootstrap 95% intervals on EM differences
   results.md       the table; em_vs_seconds.png, tokens_per_question.png, hops_histogram.png
+  answers.md       every question with its gold answer and each strategy's answer
   index/           the index built from --corpus (reused while the corpus and embedder match)
 
 strategies run interleaved: each question goes through every strategy (the order rotating per

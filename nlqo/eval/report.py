@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -18,7 +19,7 @@ import attrs
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval.plots import PLOTS
-from nlqo.eval.runner import SUMMARY, refresh
+from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, markdown_table
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
@@ -144,6 +145,9 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     ]
     if command:
         lines.append(f"- reproduce: `{shlex.join(command)}`")
+    answers = Path(summary["folder"]) / ANSWERS
+    if answers.is_file():
+        lines.append(f"- every question with each strategy's answer: [{ANSWERS}]({Path(os.path.relpath(answers.resolve(), docs.parent.resolve())).as_posix()})")
     if summary["pending"]:
         lines.append(
             f"- **{summary['pending']} of the {summary['questions']} questions are not yet finished by every strategy** and are "

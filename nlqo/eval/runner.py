@@ -1,9 +1,10 @@
 """The bench loop: every strategy on the same questions, interleaved, resumable.
 
 Files in the output folder: ``run.json`` (what was run, on what, where, when), ``records.jsonl``
-(one record per question and strategy, appended as it goes), ``summary.json``, ``results.md`` and
-the plots. Running again into the same folder resumes: finished (question, strategy) pairs are
-skipped, and a folder holding a run of another model, index, question file or top-k is refused.
+(one record per question and strategy, appended as it goes), ``summary.json``, ``results.md``,
+``answers.md`` (each strategy's answer to each question) and the plots. Running again into the
+same folder resumes: finished (question, strategy) pairs are skipped, and a folder holding a run
+of another model, index, question file or top-k is refused.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from nlqo.eval.datasets import YES_NO, QuestionSet
 from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
-from nlqo.eval.summary import complete_rows, counted, differences_table, markdown_table, summarize
+from nlqo.eval.summary import answers_table, complete_rows, counted, differences_table, markdown_table, summarize
 from nlqo.strategies import Strategy
 
 RUN = "run.json"
 SUMMARY = "summary.json"
 TABLE = "results.md"
+ANSWERS = "answers.md"
 IDENTITY = ("questions_sha256", "model", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
 """``run.json`` fields that must match for a run to resume in the same folder."""
 
@@ -132,9 +134,11 @@ class Bench:
         """Write ``summary.json`` (``info`` as its ``meta``), ``results.md`` and the plots; return the summary."""
         records = read_records(self.out / RECORDS) if records is None else records
         summary = {**summarize(records, self.questions, self.names, seed=self.seed, meta=info), "records": len(records)}
+        rows = complete_rows(records, self.questions, self.names)
         _write_json(self.out / SUMMARY, summary)
         (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
-        write_plots(summary, complete_rows(records, self.questions, self.names), self.out)
+        (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows)}", encoding="utf-8")
+        write_plots(summary, rows, self.out)
         return summary
 
     def run_one(self, index: int, name: str) -> dict[str, Any]:
@@ -244,6 +248,8 @@ def render_results(summary: dict[str, Any]) -> str:
         "EM differences (paired bootstrap, 95%):",
         "",
         differences_table(summary),
+        f"Every question with each strategy's answer: [{ANSWERS}]({ANSWERS}).",
+        "",
         *[f"![{name}]({name})" for name in ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")],
     ]
     if summary["pending"]:

@@ -131,3 +131,26 @@ def differences_table(summary: dict[str, Any], *, against: str | None = None) ->
             a, b, diff, low, high = b, a, -diff, -high, -low
         lines.append(f"| {a} - {b} | {100 * diff:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] |")
     return "\n".join(lines) + "\n"
+
+
+def _cell(text: str, width: int = 60) -> str:
+    r"""Text fit for one Markdown table cell.
+
+    >>> _cell("a | b\nc"), _cell("x" * 70, 8)
+    ('a \\| b c', 'xxxxxxx…')
+    """
+    text = " ".join(text.split()).replace("|", "\\|")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def answers_table(rows: dict[str, list[dict[str, Any]]]) -> str:
+    """Every finished question with its gold answer and each strategy's answer (✓ when EM is 1)."""
+    names = list(rows)
+    head = "| # | question | gold | " + " | ".join(names) + " |"
+    lines = [head, "|" + "---|" * (len(names) + 3)]
+    for by_question in zip(*rows.values()):
+        first = by_question[0]
+        answers = [("✓ " if r["em"] == 1 else "") + _cell(r["answer"], 40) for r in by_question]
+        lines.append(f"| {first['index'] + 1} | {_cell(first['question'], 160)} | {_cell(' / '.join(first['answers']), 40)} | " + " | ".join(answers) + " |")
+    return "\n".join(lines) + "\n"
+
