@@ -116,6 +116,18 @@ def _commits(meta: dict[str, Any]) -> str:
     return f" at {', '.join(commits)}" + (" (resumed on a later commit)" if len(commits) > 1 else "")
 
 
+def _remaining(summary: dict[str, Any]) -> str:
+    """The CPU time the missing questions need at the rate measured so far.
+
+    >>> _remaining({"pending": 36, "results": {"a": {"seconds": 300.0}, "b": {"seconds": 62.0}}})
+    ' (at the measured 362 s per question for all strategies, about 3.6 process-hours)'
+    """
+    per_question = sum(r["seconds"] or 0.0 for r in summary["results"].values())
+    if not per_question:
+        return ""
+    return f" (at the measured {per_question:.0f} s per question for all strategies, about {summary['pending'] * per_question / 3600:.1f} process-hours)"
+
+
 def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
     slug = Path(summary["folder"]).resolve().name
     target = docs.parent / "benchmarks" / slug
@@ -151,7 +163,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     if summary["pending"]:
         lines.append(
             f"- **{summary['pending']} of the {summary['questions']} questions are not yet finished by every strategy** and are "
-            "left out; the command above resumes the run"
+            f"left out; the command above resumes the run{_remaining(summary)}"
         )
     lines += ["", markdown_table(summary), "EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
