@@ -205,3 +205,23 @@ def test_differences_table_orients_pairs_against_a_strategy():
     assert "| auto - iter-retgen | -2.0 | [-8.0, +4.0] |" in table
     assert "self-ask" not in table
     assert "self-ask" in differences_table(summary)
+
+
+def test_records_name_the_operator_a_plan_was_lowered_to():
+    from types import SimpleNamespace
+
+    from nlqo.eval.datasets import Question
+    from nlqo.eval.records import make_record
+    from nlqo.execute.trace import RunResult
+
+    question = Question(id="q", question="Who?", answers=("Rush",))
+    lowered = [RunResult("Who?", "Rush", "auto", physical=SimpleNamespace(operator=op), stop_reason=reason, planning_ms=5.0)
+               for op, reason in (("tree", "root_answered"), ("linear", "terminator"), ("linear", "max_hops"))]  # fmt: skip
+    records = [make_record(question, 0, "auto", r, 1.0) for r in lowered]
+    unplanned = RunResult("Who?", "Rush", "auto", stop_reason="parse_failed; terminator", planning_ms=5.0)
+    records.append(make_record(question, 0, "auto", unplanned, 1.0))
+    assert [r["operator"] for r in records] == ["tree", "linear", "linear", None]
+    s = strategy_summary(records)
+    assert (s["lowered"], s["parse_failed"]) == ({"linear": 2, "tree": 1}, 1)
+    old = [{k: v for k, v in r.items() if k != "operator"} for r in records]  # written before the field existed
+    assert strategy_summary(old)["lowered"] == {"linear": 2, "tree": 1}

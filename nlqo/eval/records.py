@@ -66,6 +66,7 @@ def make_record(
         "retrievals": stats.get("retrievals", 0),
         "hops": stats.get("hops", 0),
         "stop_reason": stats.get("stop_reason", "error" if error else ""),
+        "operator": result.physical.operator if result is not None and result.physical is not None else None,
         "evidence_complete": None if recall is None else recall.complete,
         "evidence_share": None if recall is None else recall.share,
         "retrieved_titles": titles,
@@ -73,6 +74,27 @@ def make_record(
         "error": error,
         "trace": [s.to_dict() for s in result.trace] if result is not None else [],
     }
+
+
+def operator_of(record: dict[str, Any]) -> str | None:
+    """The physical operator a planned run was lowered to ('linear' or 'tree'); None when the run
+    had no plan (a baseline, the linear strategy, a question that did not parse).
+
+    Records written before the field existed are read from their stop reason and planning time.
+
+    >>> operator_of({"operator": "tree"}), operator_of({"stop_reason": "root_answered"})
+    ('tree', 'tree')
+    >>> operator_of({"stop_reason": "terminator", "planning_ms": 900.0}), operator_of({"stop_reason": "terminator", "planning_ms": 0.0})
+    ('linear', None)
+    """
+    if "operator" in record:
+        return record["operator"]
+    reason = str(record.get("stop_reason", ""))
+    if reason == "root_answered":
+        return "tree"
+    if reason in ("terminator", "max_hops", "empty_question") and record.get("planning_ms", 0.0) > 0:
+        return "linear"
+    return None
 
 
 def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:

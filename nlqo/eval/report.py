@@ -116,6 +116,23 @@ def _commits(meta: dict[str, Any]) -> str:
     return f" at {', '.join(commits)}" + (" (resumed on a later commit)" if len(commits) > 1 else "")
 
 
+def _lowered(summary: dict[str, Any]) -> str:
+    """Which physical operator each planning strategy ran, over the questions whose plan parsed.
+
+    >>> _lowered({"strategies": ["ircot", "auto"], "results": {"ircot": {"lowered": {}},
+    ...           "auto": {"lowered": {"linear": 12, "tree": 2}, "parse_failed": 4}}})
+    'Plans lowered to: auto: linear 12, tree 2 (4 did not parse and ran the linear template).'
+    """
+    parts = []
+    for name in summary["strategies"]:
+        r = summary["results"][name]
+        if r.get("lowered"):
+            counts = ", ".join(f"{op} {n}" for op, n in r["lowered"].items())
+            failed = f" ({r['parse_failed']} did not parse and ran the linear template)" if r.get("parse_failed") else ""
+            parts.append(f"{name}: {counts}{failed}")
+    return f"Plans lowered to: {'; '.join(parts)}." if parts else ""
+
+
 def _remaining(summary: dict[str, Any]) -> str:
     """The CPU time the missing questions need at the rate measured so far.
 
@@ -165,7 +182,11 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
             f"- **{summary['pending']} of the {summary['questions']} questions are not yet finished by every strategy** and are "
             f"left out; the command above resumes the run{_remaining(summary)}"
         )
-    lines += ["", markdown_table(summary), "EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
+    lines += ["", markdown_table(summary)]
+    lowered = _lowered(summary)
+    if lowered:
+        lines += [lowered, ""]
+    lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
         lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary)]

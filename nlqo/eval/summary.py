@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.metrics import bootstrap_diff
+from nlqo.eval.records import operator_of
 
 MEANS = (
     "em", "f1", "acc", "seconds", "llm_calls", "prompt_tokens", "cached_prompt_tokens",
@@ -56,6 +57,7 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["hops_histogram"] = {str(h): hops[h] for h in sorted(hops)}
     out["stop_reasons"] = dict(sorted(Counter(r.get("stop_reason", "") for r in rows).items()))
     out["errors"] = sum(1 for r in rows if r.get("error"))
+    out["lowered"] = dict(sorted(Counter(op for r in rows if (op := operator_of(r))).items()))
     out["parse_failed"] = sum(1 for r in rows if str(r.get("stop_reason", "")).startswith(PARSE_FAILED))
     return out
 
