@@ -240,6 +240,31 @@ def _prompt_block(prompt) -> list[str]:
     ]
 
 
+def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """EM and seconds per question of every strategy on every run, one column per run.
+
+    >>> runs = [{"dataset": "d1", "n": 2, "strategies": ["a"], "results": {"a": {"em": 0.5, "seconds": 3.0}}},
+    ...         {"dataset": "d2", "n": 1, "strategies": ["a", "b"], "results": {"a": {"em": 1.0, "seconds": 2.0}, "b": {"em": 0.0, "seconds": 1.0}}}]
+    >>> print("\\n".join(overview(runs)[2:6]))
+    | strategy | d1 (n=2) | d2 (n=1) |
+    |---|---|---|
+    | a | 50.0 · 3.0 s | 100.0 · 2.0 s |
+    | b | - | 0.0 · 1.0 s |
+    """
+    if len(runs) < 2:
+        return []
+    names = list(dict.fromkeys(n for s in runs for n in s["strategies"]))
+    columns = " | ".join(f"{s['dataset']} (n={s['n']})" for s in runs)
+    lines = ["## Overview", "", f"| strategy | {columns} |", "|---|" + "---|" * len(runs)]
+    for name in names:
+        cells = []
+        for s in runs:
+            r = s["results"].get(name)
+            cells.append("-" if r is None or r["em"] is None else f"{100 * r['em']:.1f} · {r['seconds']:.1f} s")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    return [*lines, "", "EM (%) · seconds per question; each run's section below has the rest.", ""]
+
+
 def render_report(folders: Sequence[str | Path], docs: Path) -> str:
     """The generated Markdown for ``folders`` (plots copied beside ``docs``)."""
     runs = [load_run(f) for f in folders]
@@ -264,7 +289,7 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
-    lines += ["", "## Results", ""]
+    lines += ["", *overview(runs), "## Results", ""]
     lines += [run_section(s, docs) for s in runs] or ["No results yet.", ""]
     lines.append(baselines_section())
     return "\n".join(lines)
