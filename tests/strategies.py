@@ -1,4 +1,4 @@
-"""Hypothesis strategies for IR values and queries, in one place."""
+"""Hypothesis strategies for IR values and queries, and plans made from them, in one place."""
 
 from __future__ import annotations
 
@@ -48,3 +48,27 @@ def asker(seed: int):
         return kind, Usage(calls=1)
 
     return ask
+
+
+def plan_with(query, seed, **kw):
+    """Plan ``query`` on the structural cost model, a deterministic pair classifier (varied by
+    ``seed``) standing in for the LLM."""
+    from nlqo.cost import load_cost_model
+    from nlqo.llm.base import Completion, Usage
+    from nlqo.optimizer import Optimizer
+
+    ask = asker(seed)
+
+    class PairLLM:
+        name = "pairs"
+
+        def chat(self, messages, *, stop=(), max_tokens=8):
+            text = messages[-1].content
+            a = text.split("\nA: ")[1].split("\n")[0]
+            b = text.split("\nB: ")[1].split("\n")[0]
+            ida = next(x.id for x in query.atoms if x.text() == a)
+            idb = next(x.id for x in query.atoms if x.text() == b and x.id != ida)
+            kind, _ = ask(query, query.atom(ida), query.atom(idb))
+            return Completion(kind, Usage(calls=1))
+
+    return Optimizer(cost_model=load_cost_model("structural"), rules=(), llm=PairLLM(), **kw).optimize(query)

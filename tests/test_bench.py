@@ -10,6 +10,8 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nlqo.cli import build_parser, main
 from nlqo.cli.bench import command_line, expand_ablations
@@ -101,6 +103,18 @@ def test_interleaving_rotates_the_strategy_order_per_question(questions, tmp_pat
     firsts = [r["strategy"] for r in records[:: len(NAMES)]]
     assert firsts == ["no-rag", "standard-rag", "ircot", "self-ask", "no-rag"]
     assert interleave(2, ["a"]) == [(0, "a"), (1, "a")] and interleave(0, ["a", "b"]) == []
+
+
+@given(st.integers(0, 12), st.lists(st.text(min_size=1, max_size=3), min_size=1, max_size=6, unique=True))
+def test_interleaving_runs_every_pair_once_each_question_a_rotation_of_the_strategies(n, names):
+    pairs = interleave(n, names)
+    assert sorted(pairs) == sorted((i, name) for i in range(n) for name in names)
+    for i in range(n):
+        block = pairs[i * len(names) : (i + 1) * len(names)]
+        assert {q for q, _ in block} == {i}
+        order = [name for _, name in block]
+        shift = order.index(names[0])
+        assert order[shift:] + order[:shift] == list(names)  # the same cyclic order, rotated
 
 
 def test_summary_values(questions, tmp_path):

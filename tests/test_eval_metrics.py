@@ -6,6 +6,8 @@ import gzip
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nlqo.errors import CorpusError
 from nlqo.eval.datasets import OPEN, YES_NO, QuestionSet
@@ -225,3 +227,29 @@ def test_records_name_the_operator_a_plan_was_lowered_to():
     assert (s["lowered"], s["parse_failed"]) == ({"linear": 2, "tree": 1}, 1)
     old = [{k: v for k, v in r.items() if k != "operator"} for r in records]  # written before the field existed
     assert strategy_summary(old)["lowered"] == {"linear": 2, "tree": 1}
+
+
+answer_texts = st.text(alphabet=st.sampled_from(list("ab yes no the, .!")), max_size=12)
+
+
+@settings(max_examples=300, deadline=None)
+@given(answer_texts, st.lists(answer_texts, min_size=1, max_size=3), answer_texts)
+def test_answer_metrics_are_bounded_consistent_and_monotone_in_the_golds(prediction, golds, extra):
+    assert normalize_answer(normalize_answer(prediction)) == normalize_answer(prediction)
+    s = score(prediction, golds)
+    assert s.em in (0.0, 1.0) and 0.0 <= s.f1 <= 1.0 and s.acc in (0.0, 1.0)
+    if s.em == 1.0 and any(normalize_answer(g) == normalize_answer(prediction) != "" for g in golds):
+        assert s.f1 == pytest.approx(1.0) and s.acc == 1.0
+    more = score(prediction, [*golds, extra])  # another alias can only help
+    assert more.em >= s.em and more.f1 >= s.f1 and more.acc >= s.acc
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.0]), max_size=30), st.integers(0, 5))
+def test_bootstrap_interval_holds_the_mean_and_is_zero_for_equal_scores(scores, seed):
+    same = bootstrap_diff(scores, scores, seed=seed)
+    assert (same.mean, same.low, same.high) == (0.0, 0.0, 0.0)
+    other = [1.0 - x for x in scores]
+    interval = bootstrap_diff(scores, other, seed=seed)
+    assert interval.low - 1e-9 <= interval.mean <= interval.high + 1e-9
+    assert bootstrap_diff(scores, other, seed=seed) == interval  # seeded

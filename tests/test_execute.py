@@ -5,10 +5,13 @@ from __future__ import annotations
 import re
 import threading
 
+import attrs
 import numpy as np
 import pytest
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from nlqo.cost import load_cost_model
 from nlqo.execute.engine import Engine
 from nlqo.execute.linear import LinearExecutor
@@ -20,6 +23,7 @@ from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
 from nlqo.prompts.execution import LINEAR
 from nlqo.syntax import parse
+from strategies import plan_with, queries
 
 OLDER = parse(
     'question "Who was born first, Ada Lovelace or Charles Babbage?"\n'
@@ -155,6 +159,32 @@ def test_lowering_by_shape_and_backend():
     assert "branching plan" in lower(older, server).reason
     assert lower(older, local, force="tree").operator == "tree"
     assert lower(chain, local).hints == ("?d directed Jaws", "?d born in ?city")
+
+
+profiles = st.builds(
+    BackendProfile,
+    prefill_ms_per_token=st.floats(0.01, 50),
+    decode_ms_per_token=st.floats(1, 500),
+    retrieve_ms=st.floats(0, 200),
+    concurrency=st.integers(1, 8),
+    kv_reuse=st.booleans(),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queries(max_atoms=6), st.integers(0, 3), profiles)
+def test_lowering_picks_the_cheaper_estimate_and_more_concurrency_never_slows_the_tree(query, seed, profile):
+    plan = plan_with(query, seed)
+    physical = lower(plan, profile)
+    ms = {op: e.ms for op, e in physical.estimates.items()}
+    assert ms[physical.operator] == min(ms.values())
+    assert lower(plan, profile) == physical  # deterministic
+    assert sorted(physical.hints) == sorted(plan.query.atom(n).text() for n in plan.tree.nodes if n != ROOT)
+    assert [n for wave in physical.waves for n in wave if n != ROOT] and all(physical.waves)
+    wider = lower(plan, attrs.evolve(profile, concurrency=profile.concurrency + 1))
+    assert wider.estimates["tree"].ms <= physical.estimates["tree"].ms
+    assert wider.estimates["linear"] == physical.estimates["linear"]  # the template runs one call at a time
+    assert {lower(plan, profile, force=op).operator for op in ("linear", "tree")} == {"linear", "tree"}
 
 
 def test_engine_auto_plans_lowers_and_runs():

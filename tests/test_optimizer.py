@@ -10,32 +10,11 @@ from nlqo.optimizer.graph import join_graph
 from nlqo.plan import ROOT, Tree
 from nlqo.relations import RelationCache, resolve
 from nlqo.syntax import parse
-from strategies import asker, queries
+from strategies import asker, plan_with, queries
 
 STRUCTURAL = load_cost_model("structural")
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-
-
-def plan_with(query, seed, **kw):
-    """Plan with a deterministic pair classifier standing in for the LLM."""
-    from nlqo.llm.base import Completion, Usage
-
-    ask = asker(seed)
-
-    class PairLLM:
-        name = "pairs"
-
-        def chat(self, messages, *, stop=(), max_tokens=8):
-            text = messages[-1].content
-            a = text.split("\nA: ")[1].split("\n")[0]
-            b = text.split("\nB: ")[1].split("\n")[0]
-            ida = next(x.id for x in query.atoms if x.text() == a)
-            idb = next(x.id for x in query.atoms if x.text() == b and x.id != ida)
-            kind, _ = ask(query, query.atom(ida), query.atom(idb))
-            return Completion(kind, Usage(calls=1))
-
-    return Optimizer(cost_model=STRUCTURAL, rules=(), llm=PairLLM(), **kw).optimize(query)
 
 
 def brute_force(plan):
