@@ -239,7 +239,8 @@ def plot(kv, path: Path) -> None:
 
 
 def tables(summary: dict, meta: dict) -> str:
-    lines = [f"Measured {meta['date']} on {meta['machine']}, model `{meta['model']}`, {meta['dataset']} with its corpus, k={meta['k']}, hybrid retrieval (`python benchmarks/bench_execution.py`)."]
+    commit = f" at commit {meta['nlqo_commit']}" if meta.get("nlqo_commit") else ""
+    lines = [f"Measured {meta['date']}{commit} on {meta['machine']}, model `{meta['model']}`, {meta['dataset']} with its corpus, k={meta['k']}, hybrid retrieval (`python benchmarks/bench_execution.py`)."]
     if "kv_on" in summary:
         lines += ["", "**Linear template, KV reuse on vs off** (same questions, interleaved):", "",
                   "| variant | n | s / question | generated tokens | prompt tokens | computed | from cache | share from cache | hops | EM |",
@@ -271,12 +272,15 @@ def tables(summary: dict, meta: dict) -> str:
 
 
 def run_meta(args: argparse.Namespace, k: int) -> dict:
+    from nlqo.eval.runner import source_commit
+
     return {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "model": args.model + ("" if args.quantize == "none" else f" ({args.quantize})"),
         "dataset": args.questions.name.split(".")[0],
         "k": k,
+        "nlqo_commit": source_commit(),
     }
 
 
