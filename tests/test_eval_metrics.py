@@ -223,10 +223,12 @@ def test_records_name_the_operator_a_plan_was_lowered_to():
     unplanned = RunResult("Who?", "Rush", "auto", stop_reason="parse_failed; terminator", planning_ms=5.0)
     records.append(make_record(question, 0, "auto", unplanned, 1.0))
     assert [r["operator"] for r in records] == ["tree", "linear", "linear", None]
+    records[1]["em"] = 0.0
     s = strategy_summary(records)
-    assert (s["lowered"], s["parse_failed"]) == ({"linear": 2, "tree": 1}, 1)
+    expected = {"linear": {"n": 2, "em": 0.5}, "tree": {"n": 1, "em": 1.0}, "parse_failed": {"n": 1, "em": 1.0}}
+    assert (s["by_plan"], s["parse_failed"]) == (expected, 1)
     old = [{k: v for k, v in r.items() if k != "operator"} for r in records]  # written before the field existed
-    assert strategy_summary(old)["lowered"] == {"linear": 2, "tree": 1}
+    assert strategy_summary(old)["by_plan"] == expected
 
 
 answer_texts = st.text(alphabet=st.sampled_from(list("ab yes no the, .!")), max_size=12)

@@ -116,21 +116,23 @@ def _commits(meta: dict[str, Any]) -> str:
     return f" at {', '.join(commits)}" + (" (resumed on a later commit)" if len(commits) > 1 else "")
 
 
-def _lowered(summary: dict[str, Any]) -> str:
-    """Which physical operator each planning strategy ran, over the questions whose plan parsed.
+def _plans(summary: dict[str, Any]) -> str:
+    """What each planning strategy ran, with the EM of each part.
 
-    >>> _lowered({"strategies": ["ircot", "auto"], "results": {"ircot": {"lowered": {}},
-    ...           "auto": {"lowered": {"linear": 12, "tree": 2}, "parse_failed": 4}}})
-    'Plans lowered to: auto: linear 12, tree 2 (4 did not parse and ran the linear template).'
+    >>> _plans({"strategies": ["ircot", "auto"], "results": {"ircot": {"by_plan": {}},
+    ...         "auto": {"by_plan": {"linear": {"n": 12, "em": 0.25}, "parse_failed": {"n": 4, "em": 0.0}}}}})
+    'What the planning strategies ran (questions, EM %): auto: linear plan 12 (25.0), no plan (did not parse; linear template) 4 (0.0).'
     """
     parts = []
     for name in summary["strategies"]:
-        r = summary["results"][name]
-        if r.get("lowered"):
-            counts = ", ".join(f"{op} {n}" for op, n in r["lowered"].items())
-            failed = f" ({r['parse_failed']} did not parse and ran the linear template)" if r.get("parse_failed") else ""
-            parts.append(f"{name}: {counts}{failed}")
-    return f"Plans lowered to: {'; '.join(parts)}." if parts else ""
+        outcomes = summary["results"][name].get("by_plan")
+        if outcomes:
+            cells = [f"{_PLAN_LABELS.get(k, k + ' plan')} {v['n']} ({100 * v['em']:.1f})" for k, v in outcomes.items()]
+            parts.append(f"{name}: {', '.join(cells)}")
+    return f"What the planning strategies ran (questions, EM %): {'; '.join(parts)}." if parts else ""
+
+
+_PLAN_LABELS = {"parse_failed": "no plan (did not parse; linear template)"}
 
 
 def _remaining(summary: dict[str, Any]) -> str:
@@ -183,9 +185,9 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
             f"left out; the command above resumes the run{_remaining(summary)}"
         )
     lines += ["", markdown_table(summary)]
-    lowered = _lowered(summary)
-    if lowered:
-        lines += [lowered, ""]
+    plans = _plans(summary)
+    if plans:
+        lines += [plans, ""]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]

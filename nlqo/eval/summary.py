@@ -57,9 +57,30 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["hops_histogram"] = {str(h): hops[h] for h in sorted(hops)}
     out["stop_reasons"] = dict(sorted(Counter(r.get("stop_reason", "") for r in rows).items()))
     out["errors"] = sum(1 for r in rows if r.get("error"))
-    out["lowered"] = dict(sorted(Counter(op for r in rows if (op := operator_of(r))).items()))
-    out["parse_failed"] = sum(1 for r in rows if str(r.get("stop_reason", "")).startswith(PARSE_FAILED))
+    out["parse_failed"] = sum(1 for r in rows if _unparsed(r))
+    out["by_plan"] = plan_outcomes(rows)
     return out
+
+
+def _unparsed(record: dict[str, Any]) -> bool:
+    return str(record.get("stop_reason", "")).startswith(PARSE_FAILED)
+
+
+def plan_outcomes(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Questions and EM by what a planning strategy ran: the operator its plan was lowered to, or
+    ``parse_failed`` (the linear template without a plan); empty for strategies that do not plan.
+
+    >>> plan_outcomes([{"em": 1.0, "operator": "tree"}, {"em": 0.0, "operator": "tree"},
+    ...                {"em": 0.0, "operator": None, "stop_reason": "parse_failed; terminator"}, {"em": 1.0, "operator": None}])
+    {'tree': {'n': 2, 'em': 0.5}, 'parse_failed': {'n': 1, 'em': 0.0}}
+    """
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        key = operator_of(r) or (PARSE_FAILED if _unparsed(r) else None)
+        if key is not None:
+            groups.setdefault(key, []).append(float(r.get("em", 0.0)))
+    order = sorted(k for k in groups if k != PARSE_FAILED) + ([PARSE_FAILED] if PARSE_FAILED in groups else [])
+    return {k: {"n": len(groups[k]), "em": statistics.fmean(groups[k])} for k in order}
 
 
 def summarize(
