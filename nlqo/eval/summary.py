@@ -14,14 +14,13 @@ from typing import Any, Iterable, Sequence
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.records import operator_of
+from nlqo.execute.trace import PARSE_FAILED
 
 MEANS = (
     "em", "f1", "acc", "seconds", "llm_calls", "prompt_tokens", "cached_prompt_tokens",
     "generated_tokens", "retrievals", "hops",
 )  # fmt: skip
 """Record fields averaged per strategy."""
-PARSE_FAILED = "parse_failed"
-"""Stop-reason prefix of an engine run whose question did not parse (it ran the linear template instead)."""
 
 
 def complete_rows(records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:

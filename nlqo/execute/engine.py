@@ -9,7 +9,7 @@ import attrs
 from nlqo.errors import ParseFailure
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
-from nlqo.execute.trace import RunResult, Step, Trace
+from nlqo.execute.trace import PARSE_FAILED, RunResult, Step, Trace
 from nlqo.execute.tree import TreeExecutor
 from nlqo.llm.base import LLM
 from nlqo.optimizer import Optimizer
@@ -120,7 +120,7 @@ class Engine:
         trace = trace or Trace()
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             result = self.linear.run(question, trace=trace, strategy=strategy)
-            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"parse_failed; {result.stop_reason}")
+            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
         physical = planned.physical
         if physical.operator == "tree":
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)

@@ -87,6 +87,10 @@ class Trace:
             return tuple(self.steps)
 
 
+PARSE_FAILED = "parse_failed"
+"""Stop-reason prefix of a run whose question did not parse (it ran the linear template instead)."""
+
+
 @attrs.frozen
 class RunResult:
     """What a strategy returns for one question."""
