@@ -131,7 +131,7 @@ class Bench:
         return self.write_summary(info)
 
     def write_summary(self, info: dict[str, Any], records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Write ``summary.json`` (``info`` as its ``meta``), ``results.md`` and the plots; return the summary."""
+        """Write ``summary.json`` (``info`` as its ``meta``), ``results.md``, ``answers.md`` and the plots; return the summary."""
         records = read_records(self.out / RECORDS) if records is None else records
         summary = {**summarize(records, self.questions, self.names, seed=self.seed, meta=info), "records": len(records)}
         rows = complete_rows(records, self.questions, self.names)

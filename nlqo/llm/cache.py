@@ -72,14 +72,6 @@ def request_key(llm: LLM, method: str, payload: Any, stop: Sequence[str], max_to
     return hashlib.sha256(blob.encode("utf-8")).hexdigest(), json.loads(blob)
 
 
-def _plain_complete(llm: LLM, prompt: str, *, stop: Sequence[str], max_tokens: int) -> Completion:
-    return llm.complete(prompt, stop=stop, max_tokens=max_tokens)
-
-
-def _plain_chat(llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str], max_tokens: int) -> Completion:
-    return llm.chat(messages, stop=stop, max_tokens=max_tokens)
-
-
 @attrs.define(eq=False)
 class CachedLLM:
     """Serve repeated requests to ``inner`` from files under ``directory``.
@@ -108,15 +100,17 @@ class CachedLLM:
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
         key, request = request_key(self.inner, "complete", prompt, stop, max_tokens)
-        ask = complete_reusing_prefix if prefix_cache else _plain_complete
-        return self._serve(key, request, lambda: ask(self.inner, prompt, stop=stop, max_tokens=max_tokens))
+        if prefix_cache:
+            return self._serve(key, request, lambda: complete_reusing_prefix(self.inner, prompt, stop=stop, max_tokens=max_tokens))
+        return self._serve(key, request, lambda: self.inner.complete(prompt, stop=stop, max_tokens=max_tokens))
 
     def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
         payload = [{"role": m.role, "content": m.content} for m in messages]
         key, request = request_key(self.inner, "chat", payload, stop, max_tokens)
-        ask = chat_reusing_prefix if prefix_cache else _plain_chat
-        return self._serve(key, request, lambda: ask(self.inner, messages, stop=stop, max_tokens=max_tokens))
+        if prefix_cache:
+            return self._serve(key, request, lambda: chat_reusing_prefix(self.inner, messages, stop=stop, max_tokens=max_tokens))
+        return self._serve(key, request, lambda: self.inner.chat(messages, stop=stop, max_tokens=max_tokens))
 
     def fork(self) -> "CachedLLM":
         """The same cache folder over a fork of the backend (its own prefix KV cache) when it can
