@@ -21,6 +21,7 @@ from nlqo.eval.metrics import (
     f1_score,
     normalize_answer,
     score,
+    stray_yes_no,
     yes_no,
 )
 from nlqo.eval.summary import differences_table, markdown_table, strategy_summary
@@ -185,6 +186,27 @@ def test_strategy_summary_means_and_counts():
     assert s["hops_histogram"] == {"2": 1, "4": 1}
     assert s["stop_reasons"] == {"answer": 1, "max_rounds": 1} and s["errors"] == 1
     assert s["parse_failed"] == 0
+
+
+@pytest.mark.parametrize(
+    "prediction, golds, stray",
+    [("yes", ["Jaws"], True), ("No.", ["1975", "nineteen seventy-five"], True), ("Yes/no", ["Paris"], True),
+     ("yes", ["yes"], False), ("no", ["Yes"], False), ("Yes, Paris", ["Paris"], False), ("Nolan", ["Jaws"], False)],
+)  # fmt: skip
+def test_stray_yes_no_is_a_bare_yes_or_no_to_an_open_question(prediction, golds, stray):
+    assert stray_yes_no(prediction, golds) is stray
+
+
+def test_the_summary_and_report_count_stray_yes_no_answers():
+    from nlqo.eval.report import _stray_yes_no
+
+    ircot = [{"em": 0.0, "answer": "yes", "answers": ["Free Guy"]}, {"em": 1.0, "answer": "no", "answers": ["no"]},
+             {"em": 0.0, "answer": "Yes/no", "answers": ["Lancashire"]}]  # fmt: skip
+    linear = [{"em": 1.0, "answer": "Free Guy", "answers": ["Free Guy"]}]
+    summary = {"strategies": ["linear", "ircot"], "results": {"linear": strategy_summary(linear), "ircot": strategy_summary(ircot)}}
+    assert summary["results"]["ircot"]["stray_yes_no"] == 2
+    assert _stray_yes_no(summary).endswith(": ircot 2.")
+    assert _stray_yes_no({"strategies": ["linear"], "results": {"linear": summary["results"]["linear"]}}) == ""
 
 
 def test_the_table_counts_questions_whose_plan_did_not_parse():

@@ -85,6 +85,19 @@ def yes_no(prediction: str) -> str | None:
     return None
 
 
+def stray_yes_no(prediction: str, golds: Sequence[str]) -> bool:
+    """A bare yes or no (or "yes/no") given to a question whose gold answers are neither.
+
+    Small models copy the answer shape of a yes/no demonstration; this counts how often.
+
+    >>> stray_yes_no("Yes/no", ["Jaws"]), stray_yes_no("no", ["no"]), stray_yes_no("Nolan", ["Jaws"])
+    (True, False, False)
+    """
+    if any(normalize_answer(g) in ("yes", "no") for g in golds):
+        return False
+    return normalize_answer(prediction) in ("yes", "no", "yesno")
+
+
 @attrs.frozen
 class Scores:
     """The answer metrics of one prediction."""

@@ -135,6 +135,17 @@ def _plans(summary: dict[str, Any]) -> str:
 _PLAN_LABELS = {"parse_failed": "no plan (did not parse; linear template)"}
 
 
+def _stray_yes_no(summary: dict[str, Any]) -> str:
+    """Which strategies answered a bare yes or no where the gold answer is neither.
+
+    >>> _stray_yes_no({"strategies": ["a", "b", "c"], "results": {"a": {"stray_yes_no": 18}, "b": {"stray_yes_no": 0}, "c": {}}})
+    'Answered a bare yes or no to a question whose gold answer is neither (questions): a 18.'
+    """
+    counts = [(n, summary["results"][n].get("stray_yes_no") or 0) for n in summary["strategies"]]
+    cells = [f"{n} {c}" for n, c in counts if c]
+    return f"Answered a bare yes or no to a question whose gold answer is neither (questions): {', '.join(cells)}." if cells else ""
+
+
 def _remaining(summary: dict[str, Any]) -> str:
     """The CPU time the missing questions need at the rate measured so far.
 
@@ -185,9 +196,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
             f"left out; the command above resumes the run{_remaining(summary)}"
         )
     lines += ["", markdown_table(summary)]
-    plans = _plans(summary)
-    if plans:
-        lines += [plans, ""]
+    lines += [f"{line}\n" for line in (_plans(summary), _stray_yes_no(summary)) if line]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any, Iterable, Sequence
 
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.metrics import bootstrap_diff
+from nlqo.eval.metrics import bootstrap_diff, stray_yes_no
 from nlqo.eval.records import operator_of
 from nlqo.execute.trace import PARSE_FAILED
 
@@ -39,9 +39,10 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Means and counts of one strategy's records.
 
     >>> s = strategy_summary([{"em": 1.0, "hops": 2, "stop_reason": "answer", "evidence_complete": True},
-    ...                       {"em": 0.0, "hops": 3, "stop_reason": "parse_failed; terminator", "evidence_complete": None}])
-    >>> s["em"], s["hops_histogram"], s["evidence_complete"], s["n"], s["parse_failed"]
-    (0.5, {'2': 1, '3': 1}, 1.0, 2, 1)
+    ...                       {"em": 0.0, "hops": 3, "stop_reason": "parse_failed; terminator", "evidence_complete": None,
+    ...                        "answer": "yes", "answers": ["Jaws"]}])
+    >>> s["em"], s["hops_histogram"], s["evidence_complete"], s["n"], s["parse_failed"], s["stray_yes_no"]
+    (0.5, {'2': 1, '3': 1}, 1.0, 2, 1, 1)
     """
     out: dict[str, Any] = {"n": len(rows)}
     for field in MEANS:
@@ -57,6 +58,7 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["stop_reasons"] = dict(sorted(Counter(r.get("stop_reason", "") for r in rows).items()))
     out["errors"] = sum(1 for r in rows if r.get("error"))
     out["parse_failed"] = sum(1 for r in rows if _unparsed(r))
+    out["stray_yes_no"] = sum(1 for r in rows if stray_yes_no(r.get("answer", ""), r.get("answers", ())))
     out["by_plan"] = plan_outcomes(rows)
     return out
 
