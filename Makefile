@@ -77,9 +77,12 @@ ABLATION_alpha := --strategies tree --alpha 1,5,10,20
 ABLATION_relation-cache := --strategies tree --relation-cache on,off
 ABLATION_parallel := --strategies tree --parallel on,off
 
-ablations: $(addprefix ablation-,tau kv-reuse alpha relation-cache parallel)
+ABLATIONS := tau kv-reuse alpha relation-cache parallel
+
+ablations: $(addprefix ablation-,$(ABLATIONS))
 
 ablation-%: install $(VENV)/.model-$(MODEL)
+	$(if $(ABLATION_$*),,$(error unknown ablation '$*'; the ablations are: $(ABLATIONS)))
 	$(NLQO) bench --questions $(BENCH_DATA)/$(ABLATION_SET).jsonl.gz --corpus $(BENCH_DATA)/$(ABLATION_SET)_corpus.jsonl.gz \
 		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(ABLATION_LIMIT) --quantize int8 --threads 1 \
 		$(ABLATION_$*)

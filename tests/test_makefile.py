@@ -1,0 +1,29 @@
+"""The Makefile's benchmark targets, dry-run (`make -n` runs nothing)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+
+
+def dry_run(target: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["make", "-n", target, "VENV=/nonexistent-venv"], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_each_ablation_runs_its_flags_into_its_own_folder():
+    plan = dry_run("ablation-tau")
+    assert plan.returncode == 0, plan.stderr
+    assert "--tau 0.8,0.85,0.9" in plan.stdout and "--out benchmarks/results/ablations/tau" in plan.stdout
+
+
+def test_an_unknown_ablation_is_refused_with_the_known_names():
+    plan = dry_run("ablation-taux")
+    assert plan.returncode != 0
+    assert "unknown ablation 'taux'" in plan.stderr and "relation-cache" in plan.stderr
+    assert "nlqo bench" not in plan.stdout
