@@ -62,8 +62,10 @@ bench: $(addprefix bench-,$(BENCH_SETS))
 bench-%: install $(VENV)/.model-$(MODEL)
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --corpus $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(BENCH_OUT)/$* --model $(MODEL) $(BENCH_FLAGS)
 
+# The report lists the runs in BENCH_SETS order, then the ablations, then any other result folders.
+REPORT_RUNS = $(wildcard $(addprefix $(BENCH_OUT)/,$(BENCH_SETS)) $(addprefix $(ABLATION_OUT)/,$(ABLATIONS)))
 bench-report:
-	$(NLQO) bench --report $(wildcard $(BENCH_OUT)/*) $(wildcard $(ABLATION_OUT)/*)
+	$(NLQO) bench --report $(REPORT_RUNS) $(filter-out $(REPORT_RUNS),$(wildcard $(BENCH_OUT)/* $(ABLATION_OUT)/*))
 
 # The ablations of issue 5, one result folder each, on the first ABLATION_LIMIT HotpotQA questions:
 # the terminator threshold and KV reuse on the linear template; the similarity scale, the relation

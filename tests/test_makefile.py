@@ -27,3 +27,11 @@ def test_an_unknown_ablation_is_refused_with_the_known_names():
     assert plan.returncode != 0
     assert "unknown ablation 'taux'" in plan.stderr and "relation-cache" in plan.stderr
     assert "nlqo bench" not in plan.stdout
+
+
+def test_the_report_lists_the_runs_in_data_set_order():
+    plan = dry_run("bench-report")
+    assert plan.returncode == 0, plan.stderr
+    folders = plan.stdout.split("--report", 1)[1].split()
+    runs = [f"benchmarks/results/bench/{name}" for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")]
+    assert [f for f in folders if f in runs] == [r for r in runs if (ROOT / r).is_dir()]
