@@ -24,7 +24,7 @@ from nlqo.eval.metrics import (
     stray_yes_no,
     yes_no,
 )
-from nlqo.eval.summary import differences_table, markdown_table, strategy_summary
+from nlqo.eval.summary import differences_table, markdown_table, paired_plan_groups, plan_outcomes, strategy_summary
 from nlqo.llm.scripted import ScriptedLLM
 
 
@@ -251,6 +251,23 @@ def test_records_name_the_operator_a_plan_was_lowered_to():
     assert (s["by_plan"], s["parse_failed"]) == (expected, 1)
     old = [{k: v for k, v in r.items() if k != "operator"} for r in records]  # written before the field existed
     assert strategy_summary(old)["by_plan"] == expected
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.0, 1.0]), st.sampled_from([0.0, 1.0]), st.sampled_from(["tree", "linear", None])),
+                min_size=1, max_size=20))  # fmt: skip
+def test_plan_groups_partition_the_questions_and_agree_with_each_strategy(questions):
+    rows = {
+        "linear": [{"em": a} for a, _, _ in questions],
+        "tree": [{"em": b, "operator": op, "stop_reason": "root_answered" if op else "parse_failed; terminator"} for _, b, op in questions],
+    }
+    groups = paired_plan_groups(rows)
+    assert list(groups) == ["tree"]  # linear never plans
+    assert sum(g["n"] for g in groups["tree"].values()) == len(questions)
+    assert {k: g["em"]["tree"] for k, g in groups["tree"].items()} == pytest.approx({k: v["em"] for k, v in plan_outcomes(rows["tree"]).items()})
+    for name in rows:  # the groups' n-weighted EM is the strategy's EM over all questions
+        weighted = sum(g["n"] * g["em"][name] for g in groups["tree"].values()) / len(questions)
+        assert weighted == pytest.approx(sum(r["em"] for r in rows[name]) / len(questions))
 
 
 answer_texts = st.text(alphabet=st.sampled_from(list("ab yes no the, .!")), max_size=12)

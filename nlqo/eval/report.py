@@ -116,20 +116,35 @@ def _commits(meta: dict[str, Any]) -> str:
     return f" at {', '.join(commits)}" + (" (resumed on a later commit)" if len(commits) > 1 else "")
 
 
-def _plans(summary: dict[str, Any]) -> str:
-    """What each planning strategy ran, with the EM of each part.
+def plan_groups_table(summary: dict[str, Any]) -> list[str]:
+    """Every strategy's EM on the questions grouped by what each planning strategy ran.
 
-    >>> _plans({"strategies": ["ircot", "auto"], "results": {"ircot": {"by_plan": {}},
-    ...         "auto": {"by_plan": {"linear": {"n": 12, "em": 0.25}, "parse_failed": {"n": 4, "em": 0.0}}}}})
-    'What the planning strategies ran (questions, EM %): auto: linear plan 12 (25.0), no plan (did not parse; linear template) 4 (0.0).'
+    >>> s = {"strategies": ["linear", "auto"], "plan_groups": {"auto": {
+    ...     "linear": {"n": 3, "em": {"linear": 1 / 3, "auto": 2 / 3}}, "parse_failed": {"n": 1, "em": {"linear": 0.0, "auto": 1.0}}}}}
+    >>> print("\\n".join(plan_groups_table(s)[2:]))
+    | questions on which | n | linear | auto |
+    |---|---|---|---|
+    | auto ran a linear plan | 3 | 33.3 | **66.7** |
+    | auto ran no plan (did not parse; linear template) | 1 | 0.0 | **100.0** |
+    <BLANKLINE>
     """
-    parts = []
-    for name in summary["strategies"]:
-        outcomes = summary["results"][name].get("by_plan")
-        if outcomes:
-            cells = [f"{_PLAN_LABELS.get(k, k + ' plan')} {v['n']} ({100 * v['em']:.1f})" for k, v in outcomes.items()]
-            parts.append(f"{name}: {', '.join(cells)}")
-    return f"What the planning strategies ran (questions, EM %): {'; '.join(parts)}." if parts else ""
+    groups = summary.get("plan_groups") or {}
+    if not groups:
+        return []
+    names = summary["strategies"]
+    lines = [
+        "EM (%) of every strategy on the questions grouped by what a planning strategy ran (its own column in bold). "
+        "Within a row the questions are the same; across rows they differ (questions that parse may be easier).",
+        "",
+        f"| questions on which | n | {' | '.join(names)} |",
+        "|---|---|" + "---|" * len(names),
+    ]
+    for planner, by_key in groups.items():
+        for key, group in by_key.items():
+            cells = [f"{100 * group['em'][n]:.1f}" for n in names]
+            cells = [f"**{c}**" if n == planner else c for n, c in zip(names, cells)]
+            lines.append(f"| {planner} ran {_PLAN_LABELS.get(key, f'a {key} plan')} | {group['n']} | {' | '.join(cells)} |")
+    return [*lines, ""]
 
 
 _PLAN_LABELS = {"parse_failed": "no plan (did not parse; linear template)"}
@@ -196,7 +211,10 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
             f"left out; the command above resumes the run{_remaining(summary)}"
         )
     lines += ["", markdown_table(summary)]
-    lines += [f"{line}\n" for line in (_plans(summary), _stray_yes_no(summary)) if line]
+    lines += plan_groups_table(summary)
+    stray = _stray_yes_no(summary)
+    if stray:
+        lines += [stray, ""]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]

@@ -67,6 +67,22 @@ def _unparsed(record: dict[str, Any]) -> bool:
     return str(record.get("stop_reason", "")).startswith(PARSE_FAILED)
 
 
+def _plan_key(record: dict[str, Any]) -> str | None:
+    """What a planning strategy ran for a record: an operator, ``parse_failed``, or None (no planning)."""
+    return operator_of(record) or (PARSE_FAILED if _unparsed(record) else None)
+
+
+def _plan_groups(rows: Sequence[dict[str, Any]]) -> dict[str, list[int]]:
+    """Positions of ``rows`` by plan key, operators alphabetically, ``parse_failed`` last."""
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(rows):
+        key = _plan_key(r)
+        if key is not None:
+            groups.setdefault(key, []).append(i)
+    order = sorted(k for k in groups if k != PARSE_FAILED) + ([PARSE_FAILED] if PARSE_FAILED in groups else [])
+    return {k: groups[k] for k in order}
+
+
 def plan_outcomes(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
     """Questions and EM by what a planning strategy ran: the operator its plan was lowered to, or
     ``parse_failed`` (the linear template without a plan); empty for strategies that do not plan.
@@ -75,13 +91,30 @@ def plan_outcomes(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
     ...                {"em": 0.0, "operator": None, "stop_reason": "parse_failed; terminator"}, {"em": 1.0, "operator": None}])
     {'tree': {'n': 2, 'em': 0.5}, 'parse_failed': {'n': 1, 'em': 0.0}}
     """
-    groups: dict[str, list[float]] = {}
-    for r in rows:
-        key = operator_of(r) or (PARSE_FAILED if _unparsed(r) else None)
-        if key is not None:
-            groups.setdefault(key, []).append(float(r.get("em", 0.0)))
-    order = sorted(k for k in groups if k != PARSE_FAILED) + ([PARSE_FAILED] if PARSE_FAILED in groups else [])
-    return {k: {"n": len(groups[k]), "em": statistics.fmean(groups[k])} for k in order}
+    return {k: {"n": len(ix), "em": statistics.fmean(float(rows[i].get("em", 0.0)) for i in ix)} for k, ix in _plan_groups(rows).items()}
+
+
+def paired_plan_groups(rows: dict[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """For each planning strategy, its questions grouped by what it ran, with every strategy's EM on
+    those same questions (``rows`` as ``complete_rows`` gives them: one list per strategy, aligned).
+
+    Comparing strategies within a group is paired; comparing one strategy across groups is not
+    (questions that parse may be easier).
+
+    >>> rows = {"linear": [{"em": 1.0}, {"em": 0.0}, {"em": 1.0}],
+    ...         "tree": [{"em": 1.0, "operator": "tree"}, {"em": 1.0, "operator": "tree"}, {"em": 0.0, "stop_reason": "parse_failed; terminator"}]}
+    >>> paired_plan_groups(rows)["tree"]
+    {'tree': {'n': 2, 'em': {'linear': 0.5, 'tree': 1.0}}, 'parse_failed': {'n': 1, 'em': {'linear': 1.0, 'tree': 0.0}}}
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for planner, own in rows.items():
+        groups = _plan_groups(own)
+        if groups:
+            out[planner] = {
+                k: {"n": len(ix), "em": {name: statistics.fmean(float(rows[name][i].get("em", 0.0)) for i in ix) for name in rows}}
+                for k, ix in groups.items()
+            }
+    return out
 
 
 def summarize(
@@ -104,6 +137,7 @@ def summarize(
         "seed": seed,
         "results": {name: strategy_summary(rows[name]) for name in names},
         "em_differences": diffs,
+        "plan_groups": paired_plan_groups(rows),
         "meta": dict(meta or {}),
     }
 
