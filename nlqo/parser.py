@@ -37,6 +37,50 @@ def clean(reply: str) -> str:
     return "\n".join(line for line in lines if _LINE.match(line))
 
 
+_ATOM_LINE = re.compile(r"^q\w*\s*=\s*(.*)$")
+
+
+def drop_repeats(text: str) -> str:
+    """Drop atom lines whose triple repeats an earlier line's, whatever their ids.
+
+    Small models fall into loops that write the same triple until the token budget ends; the
+    loop's copies carry nothing and crowd the repair prompt.
+
+    >>> drop_repeats('q1 = (?g, "had", "X")\\nq2 = (?g, "had", "Y")\\nq3 = (?g, "had", "Y")\\nanswer ?g')
+    'q1 = (?g, "had", "X")\\nq2 = (?g, "had", "Y")\\nanswer ?g'
+    """
+    seen: set[str] = set()
+    kept = []
+    for line in text.splitlines():
+        match = _ATOM_LINE.match(line)
+        if match is not None:
+            if match.group(1) in seen:
+                continue
+            seen.add(match.group(1))
+        kept.append(line)
+    return "\n".join(kept)
+
+
+def drop_cut_last_line(text: str) -> str:
+    """``text`` without its last line when the first syntax error is there: a reply cut off by the
+    token budget ends mid-triple.
+
+    >>> drop_cut_last_line('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "bo')
+    'q1 = (?d, "directed", "Jaws")'
+    >>> drop_cut_last_line('q1 = (?d "directed", "Jaws")\\nanswer ?d') == 'q1 = (?d "directed", "Jaws")\\nanswer ?d'
+    True
+    """
+    lines = text.splitlines()
+    try:
+        parse(text, source="<llm>")
+    except IRSyntaxError as exc:
+        if len(lines) > 1 and exc.line == len(lines):
+            return "\n".join(lines[:-1])
+    except IRSemanticError:
+        pass
+    return text
+
+
 def _words(text: str) -> set[str]:
     return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
 
@@ -63,10 +107,12 @@ def check_grounded(query: Query, question: str) -> None:
                 )
 
 
-def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
+def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool = False) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 
-    The result has the question attached, variables normalised and duplicate atoms merged.
+    With ``cleanup`` each reply first loses repeated atom lines (``drop_repeats``) and a last line
+    cut off mid-way, so a looping model's IR is parsed, or repaired, from its useful part. The
+    result has the question attached, variables normalised and duplicate atoms merged.
     Raises :class:`ParseFailure` showing every attempt and its error.
     """
     usage = Usage()
@@ -77,7 +123,7 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2) -> ParseResult:
     for attempt in range(repairs + 1):
         reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         usage = usage + reply.usage
-        text = clean(reply.text)
+        text = drop_cut_last_line(drop_repeats(clean(reply.text))) if cleanup else clean(reply.text)
         if attempts and reply.text == attempts[-1]:
             # The same IR with the same error makes the same repair prompt: a greedy model would
             # only repeat itself again, so stop here.

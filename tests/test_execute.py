@@ -207,6 +207,10 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
+    plain = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile(), plan_hints=False)
+    unhinted = plain.ask("In which city was the director of Jaws born?", strategy="auto")
+    assert unhinted.physical.operator == "linear" and unhinted.physical.hints  # the plan still has them ...
+    assert "Plan step" not in llm.calls[-1]  # ... but the template is not shown them
 
 
 def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_path, capsys):

@@ -49,3 +49,42 @@ def test_a_repair_that_repeats_the_reply_stops_the_repairs():
     with pytest.raises(ParseFailure, match="in 2 attempts \\(it repeated itself") as info:
         parse_question("Which film has the director died earlier, Payment On Demand or X?", llm, repairs=2)
     assert len(llm.calls) == 2 and info.value.attempts == (bad, bad)
+
+
+LOOPING = (
+    'q1 = (?g, "had", "Bastarz")\n'
+    + "".join(f'q{i} = (?g, "had", "members")\n' for i in range(2, 15))
+    + 'q15 = (?g, "ha'
+)
+"""A reply of a model caught in a loop: one triple over and over until the token budget cut it."""
+
+
+def test_cleanup_parses_a_looping_reply_from_its_useful_part():
+    looped = LOOPING.replace('q15 = (?g, "ha', 'answer ?g\nq15 = (?g, "ha')
+    strict = ScriptedLLM([("", looped)])
+    with pytest.raises(ParseFailure):
+        parse_question("How many members has the group of Bastarz?", strict, repairs=0)
+    llm = ScriptedLLM([("", looped)])
+    result = parse_question("How many members has the group of Bastarz?", llm, repairs=0, cleanup=True)
+    assert result.attempts == 1
+    assert [a.text() for a in result.query.atoms] == ["?g had Bastarz", "?g had members"]
+
+
+def looping_then_fixed() -> ScriptedLLM:
+    replies = iter([LOOPING, 'q1 = (?g, "had", "Bastarz")\nanswer ?g'])
+    return ScriptedLLM([], default=lambda prompt: next(replies))
+
+
+def test_cleanup_sends_the_repair_only_the_useful_part():
+    llm = looping_then_fixed()
+    result = parse_question("How many members has the group of Bastarz?", llm, cleanup=True)
+    assert result.attempts == 2
+    repair = llm.calls[1]
+    assert "no answer statement" in repair
+    assert repair.count('"members"') == 1 and 'q15 = (?g, "ha' not in repair
+
+
+def test_without_cleanup_the_repair_sees_the_whole_loop():
+    llm = looping_then_fixed()
+    parse_question("How many members has the group of Bastarz?", llm)
+    assert llm.calls[1].count('"members"') == 13 and "unterminated" in llm.calls[1]

@@ -20,12 +20,13 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
+    p.add_argument("--ir-cleanup", action="store_true", help="drop repeated atom lines and a cut-off last line from each reply before validating it")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     llm = common.load_llm(args.model)
-    result = parse_question(args.question, llm, repairs=args.repairs)
+    result = parse_question(args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup)
     sys.stdout.write(result.text)
     for w in result.warnings:
         print(f"# warning: {w}", file=sys.stderr)

@@ -41,6 +41,10 @@ class Engine:
     tree: TreeExecutor
     profile: BackendProfile = BackendProfile()
     k: int = 3
+    ir_cleanup: bool = False
+    """Parse with ``cleanup``: drop repeated atom lines and a cut-off last line before validating."""
+    plan_hints: bool = True
+    """A plan lowered to the linear template shows its atoms to the template as plan-step hints."""
 
     @classmethod
     def create(
@@ -58,6 +62,8 @@ class Engine:
         workers: int | None = None,
         profile: BackendProfile | None = None,
         measure_costs: bool = False,
+        ir_cleanup: bool = False,
+        plan_hints: bool = True,
     ) -> "Engine":
         """An engine with default parts; ``measure_costs`` times the backend's per-token costs once
         (a few short generations) so that ``auto`` lowers on measured rather than default costs."""
@@ -78,6 +84,8 @@ class Engine:
             tree=TreeExecutor(llm, retriever, k=k, workers=workers, parallel=parallel),
             profile=profile,
             k=k,
+            ir_cleanup=ir_cleanup,
+            plan_hints=plan_hints,
         )
 
     def plan(self, question: str, *, strategy: str = "auto", trace: Trace | None = None) -> Planned:
@@ -86,7 +94,7 @@ class Engine:
         started = time.perf_counter()
         at = trace.now_ms()
         try:
-            parsed = parse_question(question, self.llm)
+            parsed = parse_question(question, self.llm, cleanup=self.ir_cleanup)
         except ParseFailure as exc:
             trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
@@ -125,6 +133,7 @@ class Engine:
         if physical.operator == "tree":
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
         else:
-            result = self.linear.run(question, hints=physical.hints, trace=trace, strategy=strategy)
+            hints = physical.hints if self.plan_hints else ()
+            result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
         return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
 
