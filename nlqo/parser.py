@@ -61,6 +61,18 @@ def drop_repeats(text: str) -> str:
     return "\n".join(kept)
 
 
+_QUOTED_VARIABLE = re.compile(r'"(\?[A-Za-z_]\w*)"')
+
+
+def unquote_variables(text: str) -> str:
+    """Quoted variables (``"?name"``, a common slip) as variables.
+
+    >>> unquote_variables('q2 = (?author, "interned", "?name")')
+    'q2 = (?author, "interned", ?name)'
+    """
+    return _QUOTED_VARIABLE.sub(r"\1", text)
+
+
 def drop_cut_last_line(text: str) -> str:
     """``text`` without its last line when the first syntax error is there: a reply cut off by the
     token budget ends mid-triple.
@@ -79,6 +91,12 @@ def drop_cut_last_line(text: str) -> str:
     except IRSemanticError:
         pass
     return text
+
+
+def tidy(reply: str) -> str:
+    """``clean``, then the clean-up of ``parse_question(cleanup=True)``: quoted variables unquoted,
+    repeated atom lines and a cut-off last line dropped."""
+    return drop_cut_last_line(drop_repeats(unquote_variables(clean(reply))))
 
 
 def _words(text: str) -> set[str]:
@@ -110,8 +128,9 @@ def check_grounded(query: Query, question: str) -> None:
 def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool = False) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 
-    With ``cleanup`` each reply first loses repeated atom lines (``drop_repeats``) and a last line
-    cut off mid-way, so a looping model's IR is parsed, or repaired, from its useful part. The
+    With ``cleanup`` each reply is first tidied (``tidy``): quoted variables are unquoted, and
+    repeated atom lines and a last line cut off mid-way are dropped, so a looping model's IR is
+    parsed, or repaired, from its useful part. The
     result has the question attached, variables normalised and duplicate atoms merged.
     Raises :class:`ParseFailure` showing every attempt and its error.
     """
@@ -123,7 +142,7 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool =
     for attempt in range(repairs + 1):
         reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         usage = usage + reply.usage
-        text = drop_cut_last_line(drop_repeats(clean(reply.text))) if cleanup else clean(reply.text)
+        text = tidy(reply.text) if cleanup else clean(reply.text)
         if attempts and reply.text == attempts[-1]:
             # The same IR with the same error makes the same repair prompt: a greedy model would
             # only repeat itself again, so stop here.
