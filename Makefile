@@ -10,7 +10,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 
-.PHONY: demo test install install-test clean-venv bench bench-report ablations
+.PHONY: demo test install install-test clean-venv bench bench-report ablations experiments
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -63,7 +63,7 @@ bench-%: install $(VENV)/.model-$(MODEL)
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --corpus $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(BENCH_OUT)/$* --model $(MODEL) $(BENCH_FLAGS)
 
 # The report lists the runs in BENCH_SETS order, then the ablations, then any other result folders.
-REPORT_RUNS = $(wildcard $(addprefix $(BENCH_OUT)/,$(BENCH_SETS)) $(addprefix $(ABLATION_OUT)/,$(ABLATIONS)))
+REPORT_RUNS = $(wildcard $(addprefix $(BENCH_OUT)/,$(BENCH_SETS)) $(addprefix $(ABLATION_OUT)/,$(ABLATIONS) $(EXPERIMENTS)))
 bench-report:
 	$(NLQO) bench --report $(REPORT_RUNS) $(filter-out $(REPORT_RUNS),$(wildcard $(BENCH_OUT)/* $(ABLATION_OUT)/*))
 
@@ -79,12 +79,19 @@ ABLATION_alpha := --strategies tree --alpha 1,5,10,20
 ABLATION_relation-cache := --strategies tree --relation-cache on,off
 ABLATION_parallel := --strategies tree --parallel on,off
 
+# Two more A/B runs (not in `make ablations`), for the levers docs/benchmarks.md names: the IR
+# clean-up of the parser on tree and auto, and the plan-step hints of auto's linear template.
+ABLATION_ir-cleanup := --strategies tree,auto --ir-cleanup off,on
+ABLATION_plan-hints := --strategies auto --plan-hints on,off
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
+EXPERIMENTS := ir-cleanup plan-hints
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 
+experiments: $(addprefix ablation-,$(EXPERIMENTS))
+
 ablation-%: install $(VENV)/.model-$(MODEL)
-	$(if $(ABLATION_$*),,$(error unknown ablation '$*'; the ablations are: $(ABLATIONS)))
+	$(if $(ABLATION_$*),,$(error unknown ablation '$*'; the ablations are: $(ABLATIONS) $(EXPERIMENTS)))
 	$(NLQO) bench --questions $(BENCH_DATA)/$(ABLATION_SET).jsonl.gz --corpus $(BENCH_DATA)/$(ABLATION_SET)_corpus.jsonl.gz \
 		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(ABLATION_LIMIT) --quantize int8 --threads 1 \
 		$(ABLATION_$*)

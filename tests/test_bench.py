@@ -278,13 +278,29 @@ def test_ablation_lists_expand_into_variants():
         expand_ablations("ircot,ircot", {})
 
 
+def test_engine_options_reach_the_engine_of_a_variant():
+    from nlqo.llm import ScriptedLLM
+    from nlqo.strategies import build_strategy
+    from tests.fakes import HashEmbedder, KeywordRetriever
+
+    llm, retriever = ScriptedLLM([("", "x")]), KeywordRetriever([])
+    specs = expand_ablations("tree", {"ir_cleanup": "off,on", "plan_hints": "off"})
+    assert specs == ["tree[ir_cleanup=off,plan_hints=off]", "tree[ir_cleanup=on,plan_hints=off]"]
+    built = [build_strategy(spec, llm, retriever, embedder=HashEmbedder()) for spec in specs]
+    assert [(s.name, s.inner.engine.ir_cleanup, s.inner.engine.plan_hints) for s in built] == [
+        (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
+    plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
+    assert (plain.ir_cleanup, plain.plan_hints) == (False, True)  # the defaults the benchmark runs use
+
+
 def test_cli_help_and_missing_arguments(capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(["bench", "--help"])
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     for flag in ("--questions", "--corpus", "--index", "--strategies", "--limit", "--out", "--model", "--seed", "--k",
-                 "--embedder", "--llm-cache", "--jobs", "--tau", "--alpha", "--relation-cache", "--parallel", "--kv-reuse", "--report"):  # fmt: skip
+                 "--embedder", "--llm-cache", "--jobs", "--tau", "--alpha", "--relation-cache", "--parallel", "--kv-reuse",
+                 "--ir-cleanup", "--plan-hints", "--report"):  # fmt: skip
         assert flag in help_text
     assert main(["bench", "--questions", "q.jsonl", "--out", "x"]) == 2
     assert "needs --corpus or --index" in capsys.readouterr().err
