@@ -79,12 +79,14 @@ ABLATION_alpha := --strategies tree --alpha 1,5,10,20
 ABLATION_relation-cache := --strategies tree --relation-cache on,off
 ABLATION_parallel := --strategies tree --parallel on,off
 
-# Two more A/B runs (not in `make ablations`), for the levers docs/benchmarks.md names: the IR
-# clean-up of the parser on tree and auto, and the plan-step hints of auto's linear template.
+# More A/B runs (not in `make ablations`), for the levers docs/benchmarks.md names: the IR
+# clean-up of the parser on tree and auto, the plan-step hints of auto's linear template, and the
+# tree's guard against rewrites that only repeat the main question.
 ABLATION_ir-cleanup := --strategies tree,auto --ir-cleanup off,on
 ABLATION_plan-hints := --strategies auto --plan-hints on,off
+ABLATION_guard-rewrites := --strategies tree --guard-rewrites off,on
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

@@ -290,7 +290,9 @@ def test_engine_options_reach_the_engine_of_a_variant():
     assert [(s.name, s.inner.engine.ir_cleanup, s.inner.engine.plan_hints) for s in built] == [
         (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
     plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
-    assert (plain.ir_cleanup, plain.plan_hints) == (False, True)  # the defaults the benchmark runs use
+    assert (plain.ir_cleanup, plain.plan_hints, plain.tree.guard_rewrites) == (False, True, False)  # the benchmark runs' defaults
+    guarded = build_strategy("tree[guard_rewrites=on]", llm, retriever, embedder=HashEmbedder())
+    assert guarded.inner.engine.tree.guard_rewrites is True
 
 
 def test_cli_help_and_missing_arguments(capsys):
@@ -300,7 +302,7 @@ def test_cli_help_and_missing_arguments(capsys):
     help_text = capsys.readouterr().out
     for flag in ("--questions", "--corpus", "--index", "--strategies", "--limit", "--out", "--model", "--seed", "--k",
                  "--embedder", "--llm-cache", "--jobs", "--tau", "--alpha", "--relation-cache", "--parallel", "--kv-reuse",
-                 "--ir-cleanup", "--plan-hints", "--report"):  # fmt: skip
+                 "--ir-cleanup", "--plan-hints", "--guard-rewrites", "--report"):  # fmt: skip
         assert flag in help_text
     assert main(["bench", "--questions", "q.jsonl", "--out", "x"]) == 2
     assert "needs --corpus or --index" in capsys.readouterr().err

@@ -103,6 +103,35 @@ def test_tree_one_at_a_time_when_parallel_is_off():
         TreeExecutor(llm, KeywordRetriever(PASSAGES), parallel=False).run(plan)
 
 
+class CopyingLLM(NodeLLM):
+    """Rewrites every atom into the main question, as small models often do."""
+
+    def chat(self, messages, *, stop=(), max_tokens=32):
+        from nlqo.llm.base import Completion, Usage
+
+        text = messages[-1].content
+        if "Fact to look up:" in text:
+            main = text.split("Main question: ")[1].split("\n")[0]
+            return Completion(main.lower() + " ", Usage(prompt_tokens=10, generated_tokens=9, calls=1))
+        return super().chat(messages, stop=stop, max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("guard", [False, True])
+def test_guarded_rewrites_replace_a_copy_of_the_main_question_by_the_atom(guard):
+    plan = structural_plan(CHAIN)
+    retriever = KeywordRetriever(PASSAGES)
+    result = TreeExecutor(CopyingLLM(), retriever, guard_rewrites=guard).run(plan)
+    leaf, inner, root = retriever.queries
+    if not guard:
+        assert leaf == inner == "in which city was the director of jaws born?"
+        return
+    assert leaf == "?d directed Jaws"
+    assert inner == "?d born in ?city A(?d directed Jaws)"  # the atom and its child's answer
+    assert root.startswith("In which city was the director of Jaws born?")
+    nodes = [s.text for s in result.trace if s.kind == "retrieve"]
+    assert nodes == retriever.queries
+
+
 def test_terminator_math():
     assert max_similarity(np.array([1.0, 0.0]), np.array([[0.6, 0.8], [0.0, 1.0]])) == pytest.approx(0.6)
     t = Terminator(HashEmbedder(), tau=0.85)

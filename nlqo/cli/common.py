@@ -111,6 +111,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
+    group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
     group.add_argument("--threads", type=int, metavar="N", help="torch threads for the LLM and the embedder (default: torch's own; 1 is often faster on a busy machine)")
     add_quantize_option(group)
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
@@ -151,6 +152,7 @@ def build_engine(args: argparse.Namespace):
         measure_costs=measure_costs,
         ir_cleanup=args.ir_cleanup,
         plan_hints=not args.no_plan_hints,
+        guard_rewrites=args.guard_rewrites,
     )
 
 

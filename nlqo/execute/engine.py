@@ -64,6 +64,7 @@ class Engine:
         measure_costs: bool = False,
         ir_cleanup: bool = False,
         plan_hints: bool = True,
+        guard_rewrites: bool = False,
     ) -> "Engine":
         """An engine with default parts; ``measure_costs`` times the backend's per-token costs once
         (a few short generations) so that ``auto`` lowers on measured rather than default costs."""
@@ -81,7 +82,7 @@ class Engine:
             embedder=embedder,
             optimizer=optimizer,
             linear=LinearExecutor(llm, retriever, embedder, k=k, tau=tau, max_hops=max_hops, kv_reuse=kv_reuse),
-            tree=TreeExecutor(llm, retriever, k=k, workers=workers, parallel=parallel),
+            tree=TreeExecutor(llm, retriever, k=k, workers=workers, parallel=parallel, guard_rewrites=guard_rewrites),
             profile=profile,
             k=k,
             ir_cleanup=ir_cleanup,

@@ -3,8 +3,8 @@
 Each builder takes ``(llm, retriever, *, embedder, k, **options)`` and returns an object with
 ``name`` and ``run(question, trace=None) -> RunResult``. Options: ``tau``, ``max_hops``,
 ``kv_reuse``, ``parallel``, ``workers``, ``alpha`` (similarity scale of the default cost model),
-``relation_cache`` (bool: keep LLM answers about atom pairs across questions), ``ir_cleanup`` and
-``plan_hints`` (bools, as ``Engine.create`` takes them). ``auto`` measures
+``relation_cache`` (bool: keep LLM answers about atom pairs across questions), ``ir_cleanup``,
+``plan_hints`` and ``guard_rewrites`` (bools, as ``Engine.create`` takes them). ``auto`` measures
 the backend's per-token costs once, when built, as ``nlqo ask --strategy auto`` does.
 """
 

@@ -9,6 +9,7 @@ when all its children have finished; ready nodes run concurrently on a thread po
 from __future__ import annotations
 
 import os
+import re
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 
@@ -30,6 +31,15 @@ class NodeResult:
     passages: tuple[PassageRef, ...]
 
 
+def _words(text: str) -> list[str]:
+    """Lower-case words, for comparing two questions.
+
+    >>> _words("Who directed Jaws?") == _words("who directed  jaws")
+    True
+    """
+    return re.findall(r"\w+", text.lower())
+
+
 def default_workers(plan: Plan) -> int:
     """The smaller of the CPU count and the widest wave of ready nodes."""
     widest = max(len(level) for level in plan.tree.levels())
@@ -44,6 +54,9 @@ class TreeExecutor:
     workers: int | None = None
     """Concurrent nodes; default :func:`default_workers`. ``parallel=False`` forces one."""
     parallel: bool = True
+    guard_rewrites: bool = False
+    """Replace a rewrite that only repeats the main question by the node's own atom (retrieving with
+    the atom and its children's answers): small models often copy the main question."""
 
     def run(self, plan: Plan, *, trace: Trace | None = None, strategy: str = "tree") -> RunResult:
         trace = trace or Trace()
@@ -102,8 +115,11 @@ class TreeExecutor:
                 max_tokens=prompt.max_tokens,
             )
             trace.record(Step.llm(node, out.usage, out.text, at))
-            question = visible(out.text).strip() or plan.query.atom(node).text()
+            atom = plan.query.atom(node).text()
+            question = visible(out.text).strip() or atom
             query = question
+            if self.guard_rewrites and _words(question) == _words(main):
+                question, query = atom, " ".join([atom, *(c.answer for c in children)])
         at = trace.now_ms()
         t0 = time.perf_counter()
         hits: list[Hit] = self.retriever.search(query, self.k)
