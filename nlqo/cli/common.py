@@ -150,9 +150,9 @@ def build_engine(args: argparse.Namespace):
         parallel=not args.sequential,
         workers=args.workers,
         measure_costs=measure_costs,
-        ir_cleanup=args.ir_cleanup,
-        plan_hints=not args.no_plan_hints,
-        guard_rewrites=args.guard_rewrites,
+        ir_cleanup=getattr(args, "ir_cleanup", False),
+        plan_hints=not getattr(args, "no_plan_hints", False),
+        guard_rewrites=getattr(args, "guard_rewrites", False),
     )
 
 
