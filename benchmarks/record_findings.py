@@ -1,0 +1,78 @@
+"""Figures docs/ir.md and docs/execution.md quote, computed from the issue-5 benchmark records.
+
+    python benchmarks/record_findings.py [RUN_FOLDER ...]   (default: benchmarks/results/bench/*)
+
+Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
+first reply; how many node retrievals of parsed tree runs used a copy of the main question; and
+the linear template's hop counts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+from nlqo.errors import IRSemanticError, IRSyntaxError
+from nlqo.execute.trace import PARSE_FAILED
+from nlqo.parser import check_grounded, clean, drop_repeats, tidy
+from nlqo.syntax import parse
+
+ATTEMPT = re.compile(r"(?m)^--- attempt \d+ ---\n")
+
+
+def first_reply(failure: str) -> str:
+    """The first reply quoted in a ParseFailure message, without its error display."""
+    return ATTEMPT.split(failure)[1].split("\n>>> ")[0]
+
+
+def outcome(text: str, question: str) -> str:
+    try:
+        check_grounded(parse(text, source="<llm>"), question)
+        return "valid IR"
+    except (IRSyntaxError, IRSemanticError) as exc:
+        message = str(exc)
+        for key, label in (("no answer statement", "only the answer line missing"), ("three terms", "a triple with two or four terms")):
+            if key in message:
+                return label
+        return "other error"
+
+
+def words(text: str) -> list[str]:
+    return re.findall(r"\w+", text.lower())
+
+
+def findings(folder: Path) -> None:
+    records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    failures = [r for r in records if r["strategy"] in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
+    loops, tidied = 0, Counter()
+    for r in failures:
+        reply = clean(first_reply(r["trace"][0]["text"]))
+        loops += len(drop_repeats(reply).splitlines()) < len(reply.splitlines())
+        tidied[outcome(tidy(reply), r["question"])] += 1
+    nodes = copies = 0
+    for r in records:
+        if r["strategy"] == "tree" and not r["stop_reason"].startswith(PARSE_FAILED):
+            for step in r["trace"]:
+                if step["kind"] == "retrieve" and step["node"] != "$root":
+                    nodes += 1
+                    copies += words(step["text"]) == words(r["question"])
+    hops = Counter(r["hops"] for r in records if r["strategy"] == "linear")
+    print(f"{folder.name}: {len({r['qid'] for r in records})} questions with records")
+    print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
+    print(f"  first replies after tidy: {dict(tidied.most_common())}")
+    print(f"  tree node retrievals using the main question: {copies} of {nodes}")
+    print(f"  linear hops: {dict(sorted(hops.items()))}")
+
+
+def main(argv: list[str]) -> int:
+    folders = [Path(a) for a in argv] or sorted(Path("benchmarks/results/bench").glob("*/"))
+    for folder in folders:
+        findings(folder)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
