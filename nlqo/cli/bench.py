@@ -78,7 +78,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--relation-cache", metavar="on|off", help="keep LLM answers about atom pairs across questions (on, off or on,off)")
     ablation.add_argument("--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)")
     ablation.add_argument("--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)")
-    ablation.add_argument("--ir-cleanup", metavar="on|off", help="drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)")
+    ablation.add_argument("--ir-cleanup", metavar="on|off", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)")
     ablation.add_argument("--guard-rewrites", metavar="on|off", help="tree: use a node's atom when its rewrite only repeats the main question (default off)")
     ablation.add_argument("--plan-hints", metavar="on|off", help="show a plan lowered to the linear template its atoms as hints (default on)")
     report = p.add_argument_group("report")

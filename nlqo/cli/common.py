@@ -107,7 +107,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--tau", type=float, default=0.85, help="linear template: stop when a sub-question is this similar to an earlier one (default: %(default)s)")
     group.add_argument("--max-hops", type=int, default=10, help="linear template: hop cap (default: %(default)s)")
     group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
-    group.add_argument("--ir-cleanup", action="store_true", help="parsing: drop repeated atom lines and a cut-off last line from the LLM's IR before validating it")
+    group.add_argument("--ir-cleanup", action="store_true", help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it")
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")

@@ -20,7 +20,7 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
-    p.add_argument("--ir-cleanup", action="store_true", help="drop repeated atom lines and a cut-off last line from each reply before validating it")
+    p.add_argument("--ir-cleanup", action="store_true", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it")
     p.set_defaults(func=run)
 
 

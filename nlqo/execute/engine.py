@@ -42,7 +42,7 @@ class Engine:
     profile: BackendProfile = BackendProfile()
     k: int = 3
     ir_cleanup: bool = False
-    """Parse with ``cleanup``: drop repeated atom lines and a cut-off last line before validating."""
+    """Parse with ``cleanup`` (``nlqo.parser.tidy``): unquote quoted variables, drop repeated atom lines and a cut-off last line."""
     plan_hints: bool = True
     """A plan lowered to the linear template shows its atoms to the template as plan-step hints."""
 
