@@ -15,18 +15,10 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from nlqo.errors import IRSemanticError, IRSyntaxError
+from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.execute.trace import PARSE_FAILED
 from nlqo.parser import check_grounded, clean, drop_repeats, tidy
 from nlqo.syntax import parse
-
-ATTEMPT = re.compile(r"(?m)^--- attempt \d+ ---\n")
-
-
-def first_reply(failure: str) -> str:
-    """The first reply quoted in a ParseFailure message, without its error display."""
-    return ATTEMPT.split(failure)[1].split("\n>>> ")[0]
-
 
 def outcome(text: str, question: str) -> str:
     try:
@@ -49,7 +41,7 @@ def findings(folder: Path) -> None:
     failures = [r for r in records if r["strategy"] in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
     loops, tidied = 0, Counter()
     for r in failures:
-        reply = clean(first_reply(r["trace"][0]["text"]))
+        reply = clean(ParseFailure.replies_in(r["trace"][0]["text"])[0])
         loops += len(drop_repeats(reply).splitlines()) < len(reply.splitlines())
         tidied[outcome(tidy(reply), r["question"])] += 1
     nodes = copies = 0

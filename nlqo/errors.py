@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
+_ATTEMPT = re.compile(r"(?m)^--- attempt \d+ ---\n")
+
 
 class NlqoError(Exception):
     """Base class of every error nlqo raises on purpose."""
@@ -39,6 +43,14 @@ class ParseFailure(NlqoError):
             f"--- attempt {i + 1} ---\n{text}\n>>> {err}" for i, (text, err) in enumerate(zip(attempts, errors))
         )
         super().__init__(f"{message}\n{shown}")
+
+    @staticmethod
+    def replies_in(text: str) -> tuple[str, ...]:
+        """The LLM replies quoted in ``str(failure)``, for readers of recorded traces.
+
+        Each attempt is shown as ``--- attempt N ---``, the reply, then ``>>> `` and its error.
+        """
+        return tuple(part.split("\n>>> ")[0] for part in _ATTEMPT.split(text)[1:])
 
 
 class CostModelError(NlqoError):

@@ -1,4 +1,6 @@
 import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
 
 from nlqo.errors import ParseFailure
 from nlqo.ir import Var
@@ -88,3 +90,15 @@ def test_without_cleanup_the_repair_sees_the_whole_loop():
     llm = looping_then_fixed()
     parse_question("How many members has the group of Bastarz?", llm)
     assert llm.calls[1].count('"members"') == 13 and "unterminated" in llm.calls[1]
+
+
+def test_recorded_failure_text_gives_back_the_replies():
+    err = ParseFailure("no IR", attempts=("q1 = (?a\n  ^", "Still no."), errors=("<llm>:1:8: bad\n  q1\n  ^", "no atoms"))
+    assert ParseFailure.replies_in(str(err)) == ("q1 = (?a\n  ^", "Still no.")
+
+
+@given(st.lists(st.text(st.characters(blacklist_categories=("Cs",))), min_size=1, max_size=3))
+def test_replies_in_inverts_the_failure_message(replies):
+    assume(all("\n>>> " not in r and "--- attempt" not in r for r in replies))
+    err = ParseFailure("no IR", attempts=tuple(replies), errors=tuple("e" for _ in replies))
+    assert ParseFailure.replies_in(str(err)) == tuple(replies)
