@@ -4,7 +4,8 @@
 
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how many node retrievals of parsed tree runs used a copy of the main question; and
-the linear template's hop counts.
+the linear template's hop counts, what it repeated when the terminator stopped it, and how many of its
+runs another threshold (tau 0.8 or 0.9) could change at all.
 """
 
 from __future__ import annotations
@@ -36,6 +37,31 @@ def words(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
 
+def stop_cause(record: dict) -> str:
+    """What the linear template's last proposed sub-question repeated when the terminator stopped it."""
+    steps = record["trace"]
+    stops = [i for i, step in enumerate(steps) if step["kind"] == "stop"]
+    if not stops:
+        return record["stop_reason"]
+    proposed = words(steps[stops[0] - 1]["text"])
+    if proposed == words(record["question"]):
+        return "the main question"
+    if any(proposed == words(step["text"]) for step in steps[: stops[0]] if step["kind"] == "retrieve"):
+        return "an earlier sub-question"
+    return "a new sub-question"
+
+
+def tau_would_change(record: dict, tau: float, *, default: float = 0.85, min_hops: int = 1) -> bool:
+    """Whether the linear run would have gone otherwise with threshold ``tau``: an earlier hop scored
+    between the two thresholds, so one of them stops there and the other does not."""
+    low, high = sorted((tau, default))
+    return any(
+        step["terminator_score"] is not None and low <= step["terminator_score"] < high
+        for step in record["trace"]
+        if step["node"].startswith("hop-") and int(step["node"][4:]) > min_hops and step["kind"] in ("retrieve", "stop")
+    )
+
+
 def findings(folder: Path) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     failures = [r for r in records if r["strategy"] in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
@@ -51,12 +77,17 @@ def findings(folder: Path) -> None:
                 if step["kind"] == "retrieve" and step["node"] != "$root":
                     nodes += 1
                     copies += words(step["text"]) == words(r["question"])
-    hops = Counter(r["hops"] for r in records if r["strategy"] == "linear")
+    linear = [r for r in records if r["strategy"] == "linear"]
+    hops = Counter(r["hops"] for r in linear)
+    causes = Counter(stop_cause(r) for r in linear)
+    scores = [s["terminator_score"] for r in linear for s in r["trace"] if s["kind"] == "stop"]
     print(f"{folder.name}: {len({r['qid'] for r in records})} questions with records")
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
     print(f"  tree node retrievals using the main question: {copies} of {nodes}")
     print(f"  linear hops: {dict(sorted(hops.items()))}")
+    print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
+    print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))
 
 
 def main(argv: list[str]) -> int:

@@ -1,0 +1,51 @@
+"""benchmarks/record_findings.py: the figures the docs quote about linear runs, on hand-made records."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "record_findings.py"
+
+
+@pytest.fixture(scope="module")
+def findings():
+    spec = importlib.util.spec_from_file_location("record_findings", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def step(node, kind, text, score=None):
+    return {"node": node, "kind": kind, "text": text, "terminator_score": score}
+
+
+def linear_run(*steps, question="Where was the director of Jaws born?", stop_reason="terminator"):
+    return {"question": question, "trace": list(steps), "stop_reason": stop_reason}
+
+
+REPEAT = linear_run(
+    step("hop-1", "llm", " Who directed Jaws?"),
+    step("hop-1", "retrieve", "Who directed Jaws?", 0.93),
+    step("hop-2", "llm", " Who directed  jaws"),
+    step("hop-2", "stop", "terminator", 1.0),
+)
+MAIN = linear_run(
+    step("hop-1", "retrieve", "Who directed Jaws?", 0.93),
+    step("hop-2", "retrieve", "Where was Steven Spielberg born?", 0.82),
+    step("hop-3", "llm", "Where was the director of Jaws born?"),
+    step("hop-3", "stop", "terminator", 0.87),
+)
+
+
+def test_stop_cause_names_what_the_last_sub_question_repeated(findings):
+    assert findings.stop_cause(REPEAT) == "an earlier sub-question"
+    assert findings.stop_cause(MAIN) == "the main question"
+    assert findings.stop_cause(linear_run(step("hop-1", "retrieve", "x", 0.5), stop_reason="max_hops")) == "max_hops"
+
+
+def test_tau_changes_a_run_only_where_a_later_hop_scored_between_the_thresholds(findings):
+    # hop 1 never stops (min_hops), so its 0.93 does not count; hop 2 scored 0.82 and the stop 0.87
+    assert findings.tau_would_change(MAIN, 0.8) and findings.tau_would_change(MAIN, 0.9)
+    assert not findings.tau_would_change(REPEAT, 0.8) and not findings.tau_would_change(REPEAT, 0.9)
+    assert not findings.tau_would_change(MAIN, 0.85)
