@@ -248,6 +248,10 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     text = docs.read_text()
     assert "### toy (part): 5 questions" in text and "summarized while in progress" not in text and "not yet finished" not in text
 
+    (tmp_path / "part" / "summary.json").unlink()  # a finished run summarized again from its records
+    write_report([tmp_path / "part"], docs)
+    assert "summarized while in progress" not in docs.read_text() and ", finished 20" in docs.read_text()
+
 
 def test_targets_compare_auto_with_the_baselines():
     results = {

@@ -232,7 +232,9 @@ def refresh(folder: str | Path) -> None:
     if questions.sha256 != info.get("questions_sha256"):
         raise ConfigError(f"{folder}: {candidates[0]} is not the question file this run used (SHA-256 differs)")
     bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)
-    bench.write_summary({**info, "summarized": _now()}, done)
+    finished, resumed = info.get("finished"), info.get("resumed") or []
+    still_going = not finished or any(at > finished for at in resumed)  # ISO times in UTC compare as text
+    bench.write_summary(info if not still_going else {**info, "summarized": _now()}, done)
 
 
 def render_results(summary: dict[str, Any]) -> str:
