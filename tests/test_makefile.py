@@ -35,3 +35,10 @@ def test_the_report_lists_the_runs_in_data_set_order():
     folders = plan.stdout.split("--report", 1)[1].split()
     runs = [f"benchmarks/results/bench/{name}" for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")]
     assert [f for f in folders if f in runs] == [r for r in runs if (ROOT / r).is_dir()]
+
+
+def test_the_test_setup_installs_chromium_for_the_page_tests_and_tolerates_failure():
+    plan = dry_run("install-test")
+    assert plan.returncode == 0, plan.stderr
+    line = next(line for line in plan.stdout.splitlines() if "chromium" in line)
+    assert "apt-get install -y -qq chromium chromium-driver" in line and "browser tests will be skipped" in line
