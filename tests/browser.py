@@ -115,6 +115,12 @@ class Page:
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
             self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left" if kind != "mouseMoved" else "none", clickCount=1)
 
+    def press(self, key: str, code: str | None = None) -> None:
+        """Press and release a key (``Enter``, say) on the focused element."""
+        windows = {"Enter": 13, " ": 32}.get(key, 0)
+        for kind in ("keyDown", "keyUp"):
+            self.send("Input.dispatchKeyEvent", type=kind, key=key, code=code or key, windowsVirtualKeyCode=windows)
+
     def screenshot(self, path: Path, *, full_page: bool = True) -> Path:
         params: dict[str, Any] = {"format": "png"}
         if full_page:

@@ -230,6 +230,34 @@ def test_linear_plan_page_maps_hops_to_atoms_with_terminator_scores(browser, tmp
     assert browser.errors() == []
 
 
+def test_nodes_a_run_never_reached_are_drawn_as_such(browser, tmp_path, monkeypatch):
+    llm = PacedLLM(ScriptedLLM([("Question:$", " Who directed Jaws?"), ("", " Spielberg.")]))
+    ir = 'question "In which city was the director of the film Jaws born?"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city\n'
+    path, data = explain_page(tmp_path, monkeypatch, llm, ir=ir, strategy="linear", max_hops=1)
+    assert "actual" not in {n["id"]: n for n in data["nodes"]}["q2"]
+    load(browser, path)
+    boxes = nodes_in_dom(browser)
+    assert "idle" in boxes["q2"]["classes"] and "never executed" in boxes["q2"]["text"]
+    assert "idle" not in boxes["q1"]["classes"] and "actual_ms" in boxes["q1"]["figures"]
+    assert "never executed" in click_node(browser, "q2")["text"]
+
+
+def test_the_page_carries_what_format_json_prints_and_opens_nodes_from_the_keyboard(browser, tmp_path, monkeypatch, capsys):
+    path, data = explain_page(tmp_path, monkeypatch, tree_llm(), analyze=False)
+    question = parse(OLDER.read_text()).question
+    args = ["explain", question, "--index", str(tmp_path / "index"), "--ir", str(tmp_path / "question.nlqo"), "--strategy", "tree", "--quiet"]
+    assert main(args + ["--format", "json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["stats"].pop("planning_ms") >= 0 and data["stats"].pop("planning_ms") >= 0
+    assert data == printed and "analyze" not in data
+    load(browser, path)
+    assert browser.eval("document.getElementById('kind').textContent") == "EXPLAIN"
+    browser.eval("document.querySelector('#tree .node[data-node=\"q2\"]').focus()")
+    browser.press("Enter")
+    assert browser.wait_for("document.getElementById('detail').dataset.node") == "q2"
+    assert browser.errors() == []
+
+
 def test_text_from_the_corpus_question_and_model_shows_as_text_and_runs_nothing(browser, tmp_path, monkeypatch):
     ir = OLDER.read_text().replace("Who was born first,", f"Who {SCRIPT} was born first,").replace('"Ada Lovelace", "born on"', f'"Ada {IMAGE.replace(chr(34), chr(39))}", "born on"')
     path, data = explain_page(tmp_path, monkeypatch, tree_llm(answer=f"{IMAGE} {LINK}"), passages=HOSTILE, ir=ir)
