@@ -81,10 +81,11 @@ def make_record(
 def _plan(result: RunResult | None) -> dict[str, Any] | None:
     """The plan a run executed, with per-node actuals (EXPLAIN ANALYZE JSON without the trace,
     which the record holds itself); None for a run without a plan."""
-    if result is None or result.physical is None:
-        return None
     from nlqo.execute import analyze
+    from nlqo.execute.lower import PhysicalPlan
 
+    if result is None or not isinstance(result.physical, PhysicalPlan):
+        return None
     return analyze.to_dict(result, result.physical, trace=False)
 
 
