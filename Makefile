@@ -28,6 +28,7 @@ $(VENV)/.test: $(VENV)/.base
 	$(PY) -m pip install --quiet -e ".[test]"
 	$(NLQO) models install smollm2-135m
 	command -v dot >/dev/null 2>&1 || (apt-get install -y -qq graphviz >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1)) || echo "graphviz not installed: DOT render checks will be skipped"
+	command -v chromium >/dev/null 2>&1 || (apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1)) || echo "chromium not installed: the EXPLAIN page browser tests will be skipped"
 	touch $@
 
 install-test: $(VENV)/.test

@@ -19,7 +19,7 @@ class HashEmbedder:
 
     name, dim = "hash", 256
 
-    def encode(self, texts, *, kind="query"):
+    def encode(self, texts, *, kind="query", progress=None):
         out = np.zeros((len(texts), self.dim), dtype="float32")
         for i, t in enumerate(texts):
             for w in words(t):

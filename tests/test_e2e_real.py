@@ -104,3 +104,22 @@ def test_explain_analyze_json_shape(index, capsys, repo):
     assert actual["q1"]["llm_calls"] == 2 and actual["q2"]["llm_calls"] == 2 and actual["$root"]["llm_calls"] == 1
     assert all(a["generated_tokens"] > 0 and len(a["passages"]) == 2 and a["actual_ms"] > 0 for a in actual.values())
 
+
+
+def test_explain_analyze_page_on_the_real_model(index, tmp_path, repo):
+    import re
+
+    ir = repo / "examples" / "director_birthplace.nlqo"
+    page = tmp_path / "plan.html"
+    code = main(["explain", QUESTION, "--index", str(index), "--model", "smollm2-135m", "--ir", str(ir), "--analyze", "--format", "html", "--out", str(page), "-k", "2", "--quiet", "--strategy", "tree"])
+    assert code == 0
+    html = page.read_text()
+    (block,) = re.findall(r'<script type="application/json" id="nlqo-plans">(.*?)</script>', html, re.S)
+    data = json.loads(block)[0]["explain"]
+    trace = data["analyze"]["trace"]
+    for node in data["nodes"]:
+        steps = [trace[i] for i in node["actual"]["steps"]]
+        assert [s["kind"] for s in steps if s["kind"] != "stop"] == (["retrieve", "llm"] if node["id"] == "$root" else ["llm", "retrieve", "llm"])
+        assert all(s["prompt"].startswith("[system]") and s["text"] for s in steps if s["kind"] == "llm")
+        passages = [p for s in steps if s["kind"] == "retrieve" for p in s["passages"]]
+        assert len(passages) == 2 and all(p["text"] and p["text"] in steps[-1]["prompt"] for p in passages)  # the answer prompt shows them

@@ -30,6 +30,7 @@ def test_wheel_carries_grammars_rules_and_cost_models(wheel):
         "nlqo/_data/rules/default.rules",
         "nlqo/_data/cost_models/default.cost",
         "nlqo/_data/cost_models/structural.cost",
+        "nlqo/explain_page.html",
     ):
         assert path in names
     assert not any(n.startswith(("tests/", "grammar/", "benchmarks/")) for n in names)

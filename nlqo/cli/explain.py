@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from pathlib import Path
 
 from nlqo import explain as logical
+from nlqo import explain_html
 from nlqo.cli import common
 from nlqo.cost import CostContext
 from nlqo.errors import ParseFailure
@@ -20,12 +23,14 @@ def register(subparsers) -> None:
         description="Parse and optimise the question, lower the plan to a physical operator and print it. "
         "With --analyze the plan is executed and each node is annotated with actual time, LLM calls, tokens "
         "(computed / from cache / generated), passages and the terminator score, then planning and execution totals.",
-        epilog='Example: nlqo explain "Who was born first, Ada Lovelace or Charles Babbage?" --index .nlqo/demo-index --analyze',
+        epilog='Example: nlqo explain "Who was born first, Ada Lovelace or Charles Babbage?" --index .nlqo/demo-index --analyze '
+        "--format html --out plan.html",
     )
     p.add_argument("question", help="the question, in quotes")
     common.add_engine_options(p)
     p.add_argument("--analyze", action="store_true", help="execute the plan and annotate it with actuals")
-    p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default: %(default)s)")
+    p.add_argument("--format", choices=("text", "json", "dot", "html"), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
+    p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
     p.set_defaults(func=run)
 
 
@@ -45,11 +50,18 @@ def run(args: argparse.Namespace) -> int:
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
     model = engine.optimizer.cost_model
     costs = logical.node_costs(physical.logical, model, CostContext(physical.logical.query, physical.logical.relations, engine.optimizer.embedder))
-    if args.format == "json":
-        print(json.dumps(analyze.to_dict(result, physical, model=model, costs=costs), indent=2, ensure_ascii=False))
+    if args.format in ("json", "html"):
+        data = analyze.to_dict(result, physical, model=model, costs=costs)
+        out = json.dumps(data, indent=2, ensure_ascii=False) if args.format == "json" else explain_html.render([explain_html.entry(data)])
     elif args.format == "dot":
         notes = analyze.annotations(result, physical) if result else analyze.physical_annotations(physical)
-        print(logical.dot(physical.logical, costs=costs, annotations=notes))
+        out = logical.dot(physical.logical, costs=costs, annotations=notes)
     else:
-        print(analyze.text(result, physical, model=model, costs=costs))
+        out = analyze.text(result, physical, model=model, costs=costs)
+    if args.out is None:
+        print(out)
+    else:
+        args.out.write_text(out + "\n", encoding="utf-8")
+        if not args.quiet:
+            print(f"nlqo: wrote {args.out}", file=sys.stderr)
     return 0

@@ -1,6 +1,7 @@
 """Per-question records: one JSON object a line in ``records.jsonl``, appended as a run goes.
 
-A record holds the prediction, its scores, its cost and its whole trace. Reading drops a torn
+A record holds the prediction, its scores, its cost, its plan with per-node actuals (planned
+strategies) and its whole trace (without prompts and passage texts). Reading drops a torn
 last line (a run killed mid-write) and cuts it off the file, so appending can resume.
 """
 
@@ -72,8 +73,20 @@ def make_record(
         "retrieved_titles": titles,
         "supporting": [{"id": p.id, "title": p.title} for p in (result.supporting if result is not None else ())],
         "error": error,
+        "plan": _plan(result),
         "trace": [s.to_dict() for s in result.trace] if result is not None else [],
     }
+
+
+def _plan(result: RunResult | None) -> dict[str, Any] | None:
+    """The plan a run executed, with per-node actuals (EXPLAIN ANALYZE JSON without the trace,
+    which the record holds itself); None for a run without a plan."""
+    from nlqo.execute import analyze
+    from nlqo.execute.lower import PhysicalPlan
+
+    if result is None or not isinstance(result.physical, PhysicalPlan):
+        return None
+    return analyze.to_dict(result, result.physical, trace=False)
 
 
 def operator_of(record: dict[str, Any]) -> str | None:

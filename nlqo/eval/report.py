@@ -18,6 +18,7 @@ import attrs
 
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
+from nlqo.eval import plan_pages
 from nlqo.eval.plots import PLOTS
 from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, markdown_table
@@ -205,6 +206,12 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     answers = Path(summary["folder"]) / ANSWERS
     if answers.is_file():
         lines.append(f"- every question with each strategy's answer: [{ANSWERS}]({Path(os.path.relpath(answers.resolve(), docs.parent.resolve())).as_posix()})")
+    pages = Path(summary["folder"]) / plan_pages.FILENAME
+    if pages.is_file():
+        lines.append(
+            f"- the EXPLAIN ANALYZE page of every planned run: [{plan_pages.FILENAME}]({Path(os.path.relpath(pages.resolve(), docs.parent.resolve())).as_posix()})"
+            f" (open it in a browser; {ANSWERS} links each question's plan)"
+        )
     if summary["pending"]:
         lines.append(
             f"- **{summary['pending']} of the {summary['questions']} questions are not yet finished by every strategy** and are "

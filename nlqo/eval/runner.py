@@ -2,7 +2,8 @@
 
 Files in the output folder: ``run.json`` (what was run, on what, where, when), ``records.jsonl``
 (one record per question and strategy, appended as it goes), ``summary.json``, ``results.md``,
-``answers.md`` (each strategy's answer to each question) and the plots. Running again into the
+``answers.md`` (each strategy's answer to each question, linking its plan page), ``plans.html``
+(the EXPLAIN ANALYZE page of every planned run) and the plots. Running again into the
 same folder resumes: finished (question, strategy) pairs are skipped, and a folder holding a run
 of another model, index, question file or top-k is refused.
 """
@@ -21,6 +22,7 @@ import attrs
 
 from nlqo import __version__
 from nlqo.errors import ConfigError, NlqoError
+from nlqo.eval import plan_pages
 from nlqo.eval.datasets import YES_NO, QuestionSet
 from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
@@ -131,13 +133,14 @@ class Bench:
         return self.write_summary(info)
 
     def write_summary(self, info: dict[str, Any], records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        """Write ``summary.json`` (``info`` as its ``meta``), ``results.md``, ``answers.md`` and the plots; return the summary."""
+        """Write ``summary.json`` (``info`` as its ``meta``), ``results.md``, ``answers.md``, ``plans.html`` and the plots; return the summary."""
         records = read_records(self.out / RECORDS) if records is None else records
         summary = {**summarize(records, self.questions, self.names, seed=self.seed, meta=info), "records": len(records)}
         rows = complete_rows(records, self.questions, self.names)
         _write_json(self.out / SUMMARY, summary)
         (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
-        (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows)}", encoding="utf-8")
+        links = plan_pages.write(self.out, records)
+        (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows, links)}", encoding="utf-8")
         write_plots(summary, rows, self.out)
         return summary
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import itertools
 import statistics
 from collections import Counter
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.metrics import bootstrap_diff, stray_yes_no
@@ -201,14 +201,19 @@ def _cell(text: str, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def answers_table(rows: dict[str, list[dict[str, Any]]]) -> str:
-    """Every finished question with its gold answer and each strategy's answer (✓ when EM is 1)."""
+def answers_table(rows: dict[str, list[dict[str, Any]]], links: Mapping[tuple[str, str], str] | None = None) -> str:
+    """Every finished question with its gold answer and each strategy's answer (✓ when EM is 1),
+    followed by a link to its plan page when ``links`` has one for (question id, strategy)."""
     names = list(rows)
+    links = links or {}
     head = "| # | question | gold | " + " | ".join(names) + " |"
     lines = [head, "|" + "---|" * (len(names) + 3)]
     for by_question in zip(*rows.values()):
         first = by_question[0]
-        answers = [("✓ " if r["em"] == 1 else "") + _cell(r["answer"], 40) for r in by_question]
+        answers = [
+            ("✓ " if r["em"] == 1 else "") + _cell(r["answer"], 40) + (f" [plan]({links[r['qid'], r['strategy']]})" if (r["qid"], r["strategy"]) in links else "")
+            for r in by_question
+        ]
         lines.append(f"| {first['index'] + 1} | {_cell(first['question'], 160)} | {_cell(' / '.join(first['answers']), 40)} | " + " | ".join(answers) + " |")
     return "\n".join(lines) + "\n"
 

@@ -11,18 +11,19 @@ from nlqo.execute.trace import RunResult, Step
 from nlqo.plan import ROOT
 
 
-def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[Step]]:
-    """Trace steps per plan node. Linear hops map to atoms in execution order (the hints)."""
-    groups: dict[str, list[Step]] = defaultdict(list)
+def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
+    """Positions in the trace of each plan node's steps. Linear hops map to atoms in execution
+    order (the hints); steps of no plan node (parsing, say) keep their own label."""
+    groups: dict[str, list[int]] = defaultdict(list)
     order = [n for n in physical.logical.tree.postorder() if n != ROOT]
-    for step in result.trace:
+    for i, step in enumerate(result.trace):
         node = step.node
         if physical.operator == "linear" and node.startswith("hop-"):
-            i = int(node.split("-")[1]) - 1
-            node = order[i] if i < len(order) else ROOT
+            hop = int(node.split("-")[1]) - 1
+            node = order[hop] if hop < len(order) else ROOT
         elif node == "answer":
             node = ROOT
-        groups[node].append(step)
+        groups[node].append(i)
     return groups
 
 
@@ -62,8 +63,8 @@ def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
 def annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
     base = physical_annotations(physical)
     out = {}
-    for node, steps in _by_node(result, physical).items():
-        a = node_actuals(steps)
+    for node, positions in _by_node(result, physical).items():
+        a = node_actuals([result.trace[i] for i in positions])
         score = f" stop-score={a['terminator_score']:.2f}" if a["terminator_score"] is not None else ""
         out[node] = (
             f"{base.get(node, '')}; actual time={a['actual_ms']:.0f} ms llm={a['llm_calls']} "
@@ -105,10 +106,17 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
     return "\n".join(lines)
 
 
-def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None) -> dict[str, Any]:
+def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, trace: bool = True) -> dict[str, Any]:
+    """The plan as JSON with its physical operator and, given ``result``, each node's actuals
+    (``steps`` are positions in the trace) and an ``analyze`` section with the whole trace,
+    prompts and passage texts included; ``trace=False`` leaves that section out (bench records
+    hold the trace themselves)."""
     extra: Mapping[str, Mapping[str, Any]] = {}
     if result is not None:
-        extra = {n: {"actual": node_actuals(steps)} for n, steps in _by_node(result, physical).items()}
+        extra = {
+            n: {"actual": {**node_actuals([result.trace[i] for i in positions]), "steps": positions}}
+            for n, positions in _by_node(result, physical).items()
+        }
     phys = physical_annotations(physical)
     extra = {n: {**extra.get(n, {}), "operator": phys.get(n, "")} for n in physical.logical.tree.nodes}
     data = explain.to_dict(physical.logical, model=model, costs=costs, extra_nodes=extra)
@@ -119,6 +127,6 @@ def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, cos
         "waves": [list(w) for w in physical.waves],
         "hints": list(physical.hints),
     }
-    if result is not None:
-        data["analyze"] = result.to_dict()
+    if result is not None and trace:
+        data["analyze"] = result.to_dict(texts=True)
     return data

@@ -110,9 +110,9 @@ class LinearExecutor:
             session.append("\n")
 
     def _generate(self, session: Session, node: str, trace: Trace, max_tokens: int) -> str:
-        at = trace.now_ms()
+        prompt, at = session.text, trace.now_ms()
         out = session.generate(stop=("\n",), max_tokens=max_tokens)
-        trace.record(Step.llm(node, out.usage, out.text, at))
+        trace.record(Step.llm(node, out.usage, out.text, at, prompt=prompt))
         return visible(out.text)
 
 

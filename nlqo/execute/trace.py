@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
-from nlqo.llm.base import Usage
+from nlqo.llm.base import ChatMessage, Usage
 from nlqo.passages import Hit
 
 
@@ -17,6 +17,23 @@ class PassageRef:
     id: str
     title: str
     score: float = 0.0
+    text: str = attrs.field(default="", eq=False, repr=False)
+    """The passage's text, kept by retrieval steps for EXPLAIN; records leave it out."""
+
+
+def prompt_text(prompt: str | Sequence[ChatMessage]) -> str:
+    """A prompt as one text: a completion prompt as it is, chat messages under ``[role]`` headers.
+
+    >>> print(prompt_text([ChatMessage("system", "Be brief."), ChatMessage("user", "Hi?")]))
+    [system]
+    Be brief.
+    <BLANKLINE>
+    [user]
+    Hi?
+    """
+    if isinstance(prompt, str):
+        return prompt
+    return "\n\n".join(f"[{m.role}]\n{m.content}" for m in prompt)
 
 
 @attrs.frozen
@@ -37,9 +54,11 @@ class Step:
     terminator_score: float | None = None
     started_ms: float = 0.0
     """Start time relative to the beginning of execution (for concurrency checks and timelines)."""
+    prompt: str = attrs.field(default="", repr=False)
+    """The prompt the model continued (llm steps), for EXPLAIN; records leave it out."""
 
     @classmethod
-    def llm(cls, node: str, usage: Usage, text: str, started_ms: float = 0.0) -> "Step":
+    def llm(cls, node: str, usage: Usage, text: str, started_ms: float = 0.0, prompt: str | Sequence[ChatMessage] = "") -> "Step":
         return cls(
             node=node,
             kind="llm",
@@ -49,16 +68,18 @@ class Step:
             generated_tokens=usage.generated_tokens,
             text=text,
             started_ms=started_ms,
+            prompt=prompt_text(prompt),
         )
 
     @classmethod
     def retrieve(cls, node: str, query: str, hits: Sequence[Hit], wall_ms: float, started_ms: float = 0.0) -> "Step":
-        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score), h.passage.text) for h in hits)
         return cls(node=node, kind="retrieve", wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
 
-    def to_dict(self) -> dict[str, Any]:
-        d = attrs.asdict(self)
-        d["passages"] = [attrs.asdict(p) for p in self.passages]
+    def to_dict(self, *, texts: bool = False) -> dict[str, Any]:
+        """The step as JSON; ``texts`` adds the prompt and the passages' texts (EXPLAIN pages)."""
+        d = attrs.asdict(self, recurse=False, filter=lambda a, _: texts or a.name != "prompt")
+        d["passages"] = [attrs.asdict(p, filter=lambda a, _: texts or a.name != "text") for p in self.passages]
         return d
 
 
@@ -136,12 +157,13 @@ class RunResult:
                 seen.setdefault(p.id, None)
         return list(seen)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, texts: bool = False) -> dict[str, Any]:
+        """The result as JSON; ``texts`` keeps prompts and passage texts in the trace."""
         return {
             "question": self.question,
             "answer": self.answer,
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
-            "trace": [s.to_dict() for s in self.trace],
+            "trace": [s.to_dict(texts=texts) for s in self.trace],
         }

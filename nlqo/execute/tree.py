@@ -108,14 +108,10 @@ class TreeExecutor:
             query = " ".join([main, *(c.answer for c in children)])
         else:
             prompt = execution.REWRITE
+            messages = prompt.messages(question=main, known=known_lines or "(none)", atom=plan.query.atom(node).text())
             at = trace.now_ms()
-            out = chat_reusing_prefix(
-                self.llm,
-                prompt.messages(question=main, known=known_lines or "(none)", atom=plan.query.atom(node).text()),
-                stop=prompt.stop,
-                max_tokens=prompt.max_tokens,
-            )
-            trace.record(Step.llm(node, out.usage, out.text, at))
+            out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+            trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
             atom = plan.query.atom(node).text()
             question = visible(out.text).strip() or atom
             query = question
@@ -126,17 +122,13 @@ class TreeExecutor:
         hits: list[Hit] = self.retriever.search(query, self.k)
         trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - t0) * 1000, at))
         prompt = execution.ANSWER
-        at = trace.now_ms()
-        out = chat_reusing_prefix(
-            self.llm,
-            prompt.messages(
-                passages=execution.LINEAR.render_passages([h.passage for h in hits]),
-                known=execution.KNOWN.format(lines=known_lines) if known_lines else "",
-                question=question,
-            ),
-            stop=prompt.stop,
-            max_tokens=prompt.max_tokens,
+        messages = prompt.messages(
+            passages=execution.LINEAR.render_passages([h.passage for h in hits]),
+            known=execution.KNOWN.format(lines=known_lines) if known_lines else "",
+            question=question,
         )
-        trace.record(Step.llm(node, out.usage, out.text, at))
+        at = trace.now_ms()
+        out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+        trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
         refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
         return NodeResult(node=node, question=question, answer=short_answer(out.text), passages=refs)

@@ -19,17 +19,17 @@ from nlqo.prompts.baselines import TextPrompt
 
 def chat(llm: LLM, prompt: Prompt, trace: Trace, node: str, **inputs: str) -> str:
     """Send a chat prompt; record the call; return the generated text."""
-    started = trace.now_ms()
-    completion = chat_reusing_prefix(llm, prompt.messages(**inputs), stop=prompt.stop, max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(node, completion.usage, completion.text, started))
+    messages, started = prompt.messages(**inputs), trace.now_ms()
+    completion = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(node, completion.usage, completion.text, started, prompt=messages))
     return completion.text
 
 
 def complete(llm: LLM, prompt: TextPrompt, trace: Trace, node: str, *, stop: Sequence[str] = (), **inputs: str) -> str:
     """Continue a raw text prompt (its stop strings plus ``stop``); record the call."""
-    started = trace.now_ms()
-    completion = complete_reusing_prefix(llm, prompt.text(**inputs), stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(node, completion.usage, completion.text, started))
+    text, started = prompt.text(**inputs), trace.now_ms()
+    completion = complete_reusing_prefix(llm, text, stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(node, completion.usage, completion.text, started, prompt=text))
     return completion.text
 
 
