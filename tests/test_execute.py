@@ -320,3 +320,42 @@ def test_the_bench_auto_strategy_lowers_on_measured_costs_and_the_others_do_not_
     built = {name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder()) for name in ("auto", "tree")}
     assert built["auto"].engine.profile.source == "measured" and built["auto"].engine.profile.decode_ms_per_token == pytest.approx(90.0)
     assert built["tree"].engine.profile.source == "assumed"
+
+
+class BatchingLLM(TimedLLM):
+    """A TimedLLM that reports what batching would do: the probe sends prompts numbered 1..n
+    together, and request number i reports ``i / gain(i)`` times its solo time (gain 1: requests
+    sent together take as long as one after another; gain n: they cost one request)."""
+
+    def __init__(self, gain):
+        super().__init__()
+        self.gain = gain
+
+    def complete(self, prompt, *, stop=(), max_tokens=256):
+        import re
+
+        out = super().complete(prompt, stop=stop, max_tokens=max_tokens)
+        found = re.search(r"\((\d+)\)", prompt)
+        if found is None:
+            return out
+        i = int(found.group(1))
+        return attrs.evolve(out, usage=attrs.evolve(out.usage, wall_ms=out.usage.wall_ms * i / self.gain(i)))
+
+
+@pytest.mark.parametrize("gain, tree_wins", [(lambda n: 1.0, False), (lambda n: float(n), True)])
+def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_nodes(gain, tree_wins):
+    from nlqo.execute.lower import measure_batch_speedup, measure_profile
+
+    speedup = measure_batch_speedup(BatchingLLM(gain), 4)
+    assert len(speedup) == 4 and speedup[0] == 1.0
+    assert speedup == pytest.approx(tuple(gain(n) for n in (1, 2, 3, 4)))
+    profile = measure_profile(BatchingLLM(gain), BackendProfile(concurrency=4, kv_reuse=False))
+    plan = structural_plan(OLDER)
+    widest = max(len(w) for w in plan.tree.levels())
+    solo = attrs.evolve(profile, concurrency=1, batch_speedup=())
+    ratio = lower(plan, profile).estimates["tree"].ms / lower(plan, solo).estimates["tree"].ms
+    assert widest >= 2
+    if tree_wins:
+        assert ratio < 1.0 and "measured batch throughput 1:1.00x 2:2.00x" in lower(plan, profile).reason
+    else:
+        assert ratio == pytest.approx(1.0)  # no gain measured: a wave costs what its nodes cost one by one
