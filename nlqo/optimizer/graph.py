@@ -46,7 +46,8 @@ def join_graph(query: Query, relations: Mapping[tuple[str, str], str]) -> JoinGr
     """Edges: the root over every depth-0 atom; ``a`` over ``b`` where ``a`` is ``b``'s parent.
 
     An atom with a pinned parent may hang under that parent only: the pin is kept or the atom is
-    left out, never planned elsewhere.
+    left out, never planned elsewhere. An answer atom (``answer q3``) hangs under the root unless
+    a pin puts it elsewhere.
     """
     ids = (ROOT, *query.ids)
     index = {node: i for i, node in enumerate(ids)}
@@ -64,10 +65,13 @@ def join_graph(query: Query, relations: Mapping[tuple[str, str], str]) -> JoinGr
         elif kind == RelationKind.SIBLING:
             siblings[ia] |= 1 << ib
             siblings[ib] |= 1 << ia
-    for r in query.relations:
-        if r.kind == RelationKind.PARENT and r.left in index and r.right in index:
-            child = 1 << index[r.right]
-            allowed = [mask & ~child if p != index[r.left] else mask for p, mask in enumerate(allowed)]
+    pinned_under = {r.right: r.left for r in query.relations if r.kind == RelationKind.PARENT and r.left in index and r.right in index}
+    for target in query.answer:
+        if isinstance(target, str) and target in index and target not in pinned_under:
+            pinned_under[target] = ROOT
+    for child_id, parent_id in pinned_under.items():
+        child = 1 << index[child_id]
+        allowed = [mask & ~child if p != index[parent_id] else mask for p, mask in enumerate(allowed)]
     return JoinGraph(ids=ids, allowed=tuple(allowed), siblings=tuple(siblings))
 
 
