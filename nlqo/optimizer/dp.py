@@ -24,6 +24,8 @@ from nlqo.optimizer.graph import JoinGraph
 
 _EQUAL = 0
 Score = Callable[[Shape], float]
+PROBES_PER_PAIR = 10
+"""The search also stops after ``PROBES_PER_PAIR * budget`` looks for a join partner, found or not."""
 
 
 @attrs.frozen
@@ -103,10 +105,6 @@ class DPResult:
     """True when the pair budget ran out before the search finished."""
 
 
-def _high_bit(mask: int) -> int:
-    return mask.bit_length() - 1
-
-
 def search(
     graph: JoinGraph,
     *,
@@ -115,7 +113,7 @@ def search(
     directions: Mapping[str, int | None] | None = None,
     score: Score | None = None,
 ) -> DPResult:
-    """Run the DP; ``budget`` caps sub-plan pairs considered, ``beam`` caps each frontier.
+    """Run the DP; ``budget`` caps sub-plan pairs considered (and, ten times over, the looks for them), ``beam`` caps each frontier.
 
     ``directions`` come from :meth:`nlqo.cost.CostModel.directions` (default: the structural
     model's); ``score`` orders a frontier when the beam cuts it (default: height + imbalance - edges).
@@ -130,43 +128,53 @@ def search(
     for v in range(n):
         start = Entry(ROOT if v == 0 else LEAF, ())
         states[1][(1 << v, v, 0)] = [(*_split(start.shape, order.partial), start)]
-    pairs = dropped = 0
+    parents = [[p for p in range(n) if graph.allowed[p] >> c & 1] for c in range(n)]
+    # by_root[size][root] -> (mask, childmask) of the partial sub-plans of that size
+    by_root: list[dict[int, list[tuple[int, int]]]] = [dict() for _ in range(n + 1)]
+    for m, r, cm in states[1]:
+        by_root[1].setdefault(r, []).append((m, cm))
+    pairs = dropped = probes = 0
     exhausted = False
     for size in range(2, n + 1):
         # finished sub-plans one size smaller become joinable children
         dropped += _finish(states[size - 1], subs[size - 1], order, beam, score)
         for a in range(1, size):
-            b = size - a
-            for (m1, r, cm), frontier_a in list(states[a].items()):
-                start = _high_bit(cm) + 1 if cm else 1
-                options = graph.allowed[r] >> start << start
-                while options:
-                    c = _high_bit(options & -options)
-                    options &= options - 1
-                    if m1 >> c & 1:
-                        continue
-                    for m2, frontier_b in subs[b].get(c, ()):
-                        if m1 & m2:
+            for c, children in sorted(subs[size - a].items()):
+                for r in parents[c]:
+                    probes += 1
+                    for m1, cm in by_root[a].get(r, ()):
+                        probes += 1
+                        if m1 >> c & 1 or cm.bit_length() > c:  # children attach in increasing order
                             continue
-                        pairs += 1
-                        if pairs > budget:
-                            exhausted = True
-                            break
-                        key = (m1 | m2, r, cm | 1 << c)
-                        bucket = states[size].setdefault(key, [])
+                        frontier_a = states[a][(m1, r, cm)]
                         links = bin(graph.siblings[c] & cm).count("1")
-                        for _, _, ea in frontier_a:
-                            for _, _, eb in frontier_b:
-                                entry = Entry(attach(ea.shape, eb.shape, links), ea.parent + eb.parent + ((c, r),))
-                                bucket, lost = _insert(bucket, entry, order.partial, beam, score)
-                                dropped += lost
-                        states[size][key] = bucket
+                        for m2, frontier_b in children:
+                            if m1 & m2:
+                                continue
+                            pairs += 1
+                            if pairs > budget:
+                                exhausted = True
+                                break
+                            key = (m1 | m2, r, cm | 1 << c)
+                            bucket = states[size].setdefault(key, [])
+                            for _, _, ea in frontier_a:
+                                for _, _, eb in frontier_b:
+                                    entry = Entry(attach(ea.shape, eb.shape, links), ea.parent + eb.parent + ((c, r),))
+                                    bucket, lost = _insert(bucket, entry, order.partial, beam, score)
+                                    dropped += lost
+                            states[size][key] = bucket
+                        if exhausted:
+                            break
                     if exhausted:
                         break
+                if probes > PROBES_PER_PAIR * budget:  # looking for pairs costs too, even where none is found
+                    exhausted = True
                 if exhausted:
                     break
             if exhausted:
                 break
+        for m, r, cm in states[size]:
+            by_root[size].setdefault(r, []).append((m, cm))
         if exhausted:
             break
     complete: dict[int, list[Entry]] = {}
