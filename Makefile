@@ -5,8 +5,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NLQO := $(VENV)/bin/nlqo
-# The bundled model `nlqo ask` uses by default (nlqo/cli/common.py DEFAULT_MODEL; docs/models.md says why).
-MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
+# The bundled model `nlqo ask` uses by default (nlqo/config.py DEFAULT_MODEL; docs/models.md says why).
+MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 

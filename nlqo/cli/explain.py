@@ -35,11 +35,12 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.strategy
     planned = common.plan_question(engine, args, trace)
     if planned.physical is None:
+        last = (planned.error or "").rsplit(">>> ", 1)[-1].strip()
         raise ParseFailure(
             "the question could not be parsed into a plan ('nlqo ask' falls back to the linear template; "
-            "'nlqo parse' shows the IR, and --ir FILE plans a hand-written one)",
+            f"'nlqo parse' shows the IR, and --ir FILE plans a hand-written one); the last error: {last}",
             attempts=(),
-            errors=(planned.error or "",),
+            errors=(),
         )
     physical = planned.physical
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None

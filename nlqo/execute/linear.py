@@ -17,9 +17,10 @@ import attrs
 from nlqo.answers import short_answer, visible
 from nlqo.execute.terminator import Terminator
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StepKind
 from nlqo.llm.base import LLM
 from nlqo.llm.session import Session, open_session
-from nlqo.passages import Embedder, Hit, Retriever
+from nlqo.passages import Embedder, Retriever
 from nlqo.prompts.execution import LINEAR, LinearTemplate
 
 
@@ -69,7 +70,7 @@ class LinearExecutor:
             sub = self._generate(session, node, trace, self.max_question_tokens).strip()
             score = terminator.score(sub) if sub else 1.0
             if hop > self.min_hops and terminator.should_stop(score) or not sub:
-                trace.record(Step(node=node, kind="stop", text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
+                trace.record(Step(node=node, kind=StepKind.STOP, text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
                 stop_reason = "terminator" if sub else "empty_question"
                 break
             hops = hop
@@ -79,7 +80,7 @@ class LinearExecutor:
             step = trace.record(Step.retrieve(node, sub, hits, (time.perf_counter() - t0) * 1000, at))
             trace.steps[-1] = attrs.evolve(step, terminator_score=score)
             for h in hits:
-                supporting.setdefault(h.passage.id, PassageRef(h.passage.id, h.passage.title, float(h.score)))
+                supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
             self._newline(session)
             self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])))
             evidence = self._generate(session, node, trace, self.max_evidence_tokens).strip()
@@ -114,7 +115,3 @@ class LinearExecutor:
         out = session.generate(stop=("\n",), max_tokens=max_tokens)
         trace.record(Step.llm(node, out.usage, out.text, at))
         return visible(out.text)
-
-
-def retrieved(hits: Sequence[Hit]) -> list[PassageRef]:
-    return [PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits]

@@ -8,15 +8,22 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from nlqo.kinds import StepKind
 from nlqo.llm.base import Usage
 from nlqo.passages import Hit
 
 
 @attrs.frozen
 class PassageRef:
+    """A passage as a trace records it: id, title and retrieval score."""
+
     id: str
     title: str
     score: float = 0.0
+
+    @classmethod
+    def from_hit(cls, hit: Hit) -> "PassageRef":
+        return cls(hit.passage.id, hit.passage.title, float(hit.score))
 
 
 @attrs.frozen
@@ -25,8 +32,7 @@ class Step:
 
     node: str
     """Plan node id (tree), ``hop-N`` (linear), or a strategy-specific label."""
-    kind: str
-    """'llm', 'retrieve' or 'stop'."""
+    kind: StepKind = attrs.field(converter=StepKind)
     wall_ms: float = 0.0
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
@@ -42,7 +48,7 @@ class Step:
     def llm(cls, node: str, usage: Usage, text: str, started_ms: float = 0.0) -> "Step":
         return cls(
             node=node,
-            kind="llm",
+            kind=StepKind.LLM,
             wall_ms=usage.wall_ms,
             prompt_tokens=usage.prompt_tokens,
             cached_prompt_tokens=usage.cached_prompt_tokens,
@@ -53,8 +59,8 @@ class Step:
 
     @classmethod
     def retrieve(cls, node: str, query: str, hits: Sequence[Hit], wall_ms: float, started_ms: float = 0.0) -> "Step":
-        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
-        return cls(node=node, kind="retrieve", wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
+        refs = tuple(PassageRef.from_hit(h) for h in hits)
+        return cls(node=node, kind=StepKind.RETRIEVE, wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
 
     def to_dict(self) -> dict[str, Any]:
         d = attrs.asdict(self)
@@ -112,7 +118,7 @@ class RunResult:
 
     @property
     def llm_steps(self) -> list[Step]:
-        return [s for s in self.trace if s.kind == "llm"]
+        return [s for s in self.trace if s.kind == StepKind.LLM]
 
     def stats(self) -> dict[str, Any]:
         llm = self.llm_steps
@@ -121,7 +127,7 @@ class RunResult:
             "prompt_tokens": sum(s.prompt_tokens for s in llm),
             "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
             "generated_tokens": sum(s.generated_tokens for s in llm),
-            "retrievals": sum(1 for s in self.trace if s.kind == "retrieve"),
+            "retrievals": sum(1 for s in self.trace if s.kind == StepKind.RETRIEVE),
             "hops": self.hops,
             "stop_reason": self.stop_reason,
             "planning_ms": self.planning_ms,
@@ -143,5 +149,7 @@ class RunResult:
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
+            "warnings": list(getattr(self.plan, "warnings", ())),
+            "left_out": [{"id": x.id, "atom": x.text, "reason": x.reason} for x in getattr(self.plan, "left_out", ())],
             "trace": [s.to_dict() for s in self.trace],
         }

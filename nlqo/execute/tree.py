@@ -137,5 +137,5 @@ class TreeExecutor:
             max_tokens=prompt.max_tokens,
         )
         trace.record(Step.llm(node, out.usage, out.text, at))
-        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+        refs = tuple(PassageRef.from_hit(h) for h in hits)
         return NodeResult(node=node, question=question, answer=short_answer(out.text), passages=refs)

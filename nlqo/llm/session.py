@@ -1,6 +1,6 @@
 """Sessions: a growing text that fixed segments are appended to and the model continues.
 
-Backends with KV-cache access (the local transformers backend) provide ``llm.session(prefix)``
+Backends that declare ``Capabilities(session=True)`` (the local transformers backend) provide ``llm.session(prefix)``
 that keeps the model state between calls. :class:`TextSession` is the fallback for every other
 backend: it keeps only the text and sends all of it on each generation, so nothing is served from
 a cache (this is also the "KV reuse off" ablation).
@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from nlqo.llm.base import LLM, Completion
+from nlqo.llm.base import LLM, Completion, capabilities
 
 
 @runtime_checkable
@@ -55,8 +55,8 @@ class TextSession:
 
 
 def open_session(llm: LLM, prefix: str, *, kv_reuse: bool = True) -> Session:
-    """A KV session when the backend has one and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
-    if kv_reuse and hasattr(llm, "session"):
+    """A KV session when the backend declares sessions and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
+    if kv_reuse and capabilities(llm).session:
         return llm.session(prefix)  # type: ignore[attr-defined]
     session = TextSession(llm)
     session.append(prefix)

@@ -16,7 +16,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.cost import CostContext, CostModel, load_cost_model
-from nlqo.errors import LimitError
+from nlqo.errors import LimitError, OptimizeError
 from nlqo.ir import Query
 from nlqo.kinds import RelationSource
 from nlqo.llm.base import LLM, Usage
@@ -91,6 +91,9 @@ class Optimizer:
             graph = graph.without(*rejected)
         placed = {c for c, _ in tree.parent}
         unplaced = [a for a in q.ids if a not in placed]
+        if q.atoms and not placed:
+            reasons = "; ".join(f"{a}: {_why_left_out(a, placed, graph)}" for a in unplaced)
+            raise OptimizeError(f"no atom can hang under the question, so there is nothing to plan ({reasons})")
         if unplaced:
             warnings.append(f"no valid tree includes {', '.join(unplaced)}: planned the largest joinable set")
         left_out = program.left_out + tuple(LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced)

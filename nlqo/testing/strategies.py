@@ -29,16 +29,18 @@ terms = st.one_of(var_names.map(Var), const_texts.map(Const))
 
 
 @st.composite
-def pins(draw: Any, ids: Sequence[str], max_pins: int = 2) -> tuple[Relation, ...]:
-    """Pinned relations among ``ids`` that describe a tree (no cycle, one parent each, no contradiction)."""
+def pins(draw: Any, ids: Sequence[str], max_pins: int = 2, keep_on_top: Sequence[str] = ()) -> tuple[Relation, ...]:
+    """Pinned relations among ``ids`` that describe a tree (no cycle, one parent each, no
+    contradiction) and pin none of ``keep_on_top`` (the atoms holding the answer) under another."""
     out: list[Relation] = []
     if len(ids) < 2:
         return ()
     for _ in range(draw(st.integers(0, max_pins))):
         a, b = draw(st.sampled_from(ids)), draw(st.sampled_from(ids))
-        if a == b:
+        kind = draw(st.sampled_from(PINNABLE))
+        if a == b or (kind == RelationKind.PARENT and b in keep_on_top):
             continue
-        candidate = Relation(a, draw(st.sampled_from(PINNABLE)), b)
+        candidate = Relation(a, kind, b)
         try:
             check_pins([*out, candidate])
         except IRSemanticError:
@@ -61,7 +63,8 @@ def queries(draw: Any, max_atoms: int = 6, relations: bool = True) -> Query:
     answer: Var | str = Var(draw(st.sampled_from(mentioned)))
     if draw(st.booleans()) and n > 1:
         answer = draw(st.sampled_from([a.id for a in atoms]))
-    rels = draw(pins([a.id for a in atoms])) if relations else ()
+    holders = [a.id for a in atoms if a.id == answer or (isinstance(answer, Var) and answer.name in a.variables)]
+    rels = draw(pins([a.id for a in atoms], keep_on_top=holders)) if relations else ()
     question = draw(st.one_of(st.none(), const_texts))
     return Query(atoms=tuple(atoms), answer=answer, question=question, relations=rels)
 
