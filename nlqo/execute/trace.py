@@ -134,6 +134,10 @@ class RunResult:
             "execution_ms": self.execution_ms,
         }
 
+    def plan_tree(self) -> dict[str, str] | None:
+        """The logical plan as ``{child: parent}``, or ``None`` when the run had no plan."""
+        return dict(self.plan.tree.parent) if self.plan is not None else None
+
     def retrieved_ids(self) -> list[str]:
         """Every passage id retrieved during the run, in order, without repeats."""
         seen: dict[str, None] = {}
@@ -149,6 +153,7 @@ class RunResult:
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
+            "plan": self.plan_tree(),
             "warnings": list(getattr(self.plan, "warnings", ())),
             "left_out": [{"id": x.id, "atom": x.text, "reason": x.reason} for x in getattr(self.plan, "left_out", ())],
             "trace": [s.to_dict() for s in self.trace],
