@@ -10,7 +10,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 
-.PHONY: demo test install install-test clean-venv bench bench-report ablations experiments
+.PHONY: demo test lint install install-test clean-venv bench bench-report ablations experiments
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +41,13 @@ $(DEMO_INDEX)/manifest.json: examples/demo_corpus.jsonl $(VENV)/.base
 demo: install $(VENV)/.model-$(MODEL) $(DEMO_INDEX)/manifest.json
 	$(NLQO) ask "$(QUESTION)" --index $(DEMO_INDEX) --model $(MODEL)
 
-test: install-test
+test: install-test lint
 	$(PY) -m pytest -q
+
+# Static checks, part of `make test`: ruff's bug-finding rules and mypy over nlqo/ (pyproject.toml).
+lint: install-test
+	$(PY) -m ruff check nlqo tests benchmarks scripts
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

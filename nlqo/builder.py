@@ -13,7 +13,7 @@ Parts passed in (``llm=``, ``retriever=``, ``embedder=``) are used instead of lo
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError
@@ -42,6 +42,14 @@ def load_cost(config: EngineConfig) -> "CostModel":
 
     model = load_cost_model(config.cost_model, path=config.path)
     return model.with_params(**config.param_dict) if config.params else model
+
+
+def set_threads(threads: int | None) -> None:
+    """Set torch's CPU thread count for this process (the embedder's; a local LLM's too), when given."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def load_embedder(name: str) -> "Embedder":
@@ -110,6 +118,7 @@ def build_engine(
         if progress:
             print(f"nlqo: {message}", file=sys.stderr, flush=True)
 
+    set_threads(config.threads)
     if retriever is None:
         say(f"opening index {config.index} ...")
         retriever, embedder = open_retrieval(config, embedder=embedder)

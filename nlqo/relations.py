@@ -148,7 +148,7 @@ class RelationCache:
             if (kind := self.entries.get(self._key(ta, tb))) in KINDS:
                 return RelationKind(kind)
             if (kind := self.entries.get(self._key(tb, ta))) in KINDS:
-                return flip(kind)  # type: ignore[arg-type]
+                return flip(kind)
         return None
 
     def put(self, a: Atom, b: Atom, kind: str) -> None:

@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import re
-from pathlib import Path
 
 import attrs
 import pytest

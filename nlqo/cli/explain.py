@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(analyze.to_dict(result, physical, model=model, costs=costs), indent=2, ensure_ascii=False))
     elif args.format == "dot":
-        notes = analyze.annotations(result, physical) if result else analyze.physical_annotations(physical)
+        notes = analyze.actual_annotations(result, physical) if result else analyze.physical_annotations(physical)
         print(logical.dot(physical.logical, costs=costs, annotations=notes))
     else:
         print(analyze.text(result, physical, model=model, costs=costs))

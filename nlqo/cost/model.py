@@ -13,7 +13,7 @@ import functools
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import lark
@@ -27,7 +27,7 @@ from nlqo.resources import builtin_dir, find
 Direction = int | None
 """+1: the cost never decreases as the quantity grows; -1: never increases; None: either (unknown)."""
 
-_FUNCTIONS = {"min": min, "max": max, "abs": abs, "log": math.log}
+_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs, "log": math.log}
 
 
 @functools.cache

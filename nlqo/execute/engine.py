@@ -102,6 +102,7 @@ class Engine:
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
         trace.record(Step.llm("parse", parsed.usage, parsed.text, at))
         planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
+        assert planned.plan is not None and planned.physical is not None  # plan_query always plans
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
         return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)
 

@@ -106,7 +106,10 @@ class LLM(Protocol):
     (``session``, ``fork``, ``cache_identity``, ``prefix_cache=``) exist when it is declared.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The backend's name (in traces, records and response-cache keys)."""
+        ...
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
         """Continue raw ``prompt`` text."""

@@ -23,7 +23,7 @@ class HashEmbedder:
 
     name, dim = "hash", 256
 
-    def encode(self, texts: Sequence[str], *, kind: str = "query") -> np.ndarray:
+    def encode(self, texts: Sequence[str], *, kind: str = "query", progress: bool | None = None) -> np.ndarray:
         out = np.zeros((len(texts), self.dim), dtype="float32")
         for i, t in enumerate(texts):
             for w in words(t):
