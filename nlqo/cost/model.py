@@ -192,8 +192,9 @@ class CostModel:
         except lark.UnexpectedInput as exc:
             line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
             shown = text.splitlines()[line - 1] if isinstance(line, int) and 0 < line <= len(text.splitlines()) else ""
-            what = "the text ends in the middle of a statement" if isinstance(exc, lark.UnexpectedEOF) else "unexpected text"
-            if isinstance(exc, lark.UnexpectedToken):
+            ended = isinstance(exc, lark.UnexpectedEOF) or (isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END")
+            what = "the text ends in the middle of a statement" if ended else "unexpected text"
+            if isinstance(exc, lark.UnexpectedToken) and not ended:
                 what = f"unexpected {str(exc.token)!r}" if str(exc.token).strip() else "the line ends in the middle of a statement"
             raise CostModelError(f"{source}:{line}:{col}: cannot read the cost model here ({what}):\n  {shown}") from None
         except lark.exceptions.VisitError as exc:  # pragma: no cover - raised by transformer
