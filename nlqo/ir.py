@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
-from typing import Iterator, Mapping, Union
+from typing import Mapping, Union
 
 import attrs
 
@@ -101,11 +101,3 @@ class Query:
     @property
     def ids(self) -> tuple[str, ...]:
         return tuple(a.id for a in self.atoms)
-
-    def variables(self) -> Iterator[str]:
-        seen: set[str] = set()
-        for a in self.atoms:
-            for t in a.terms:
-                if isinstance(t, Var) and t.name not in seen:
-                    seen.add(t.name)
-                    yield t.name

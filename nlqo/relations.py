@@ -217,11 +217,6 @@ class Relations:
     source: Mapping[tuple[str, str], RelationSource]
     stats: RelationStats
 
-    def kind(self, a: str, b: str) -> RelationKind:
-        if (a, b) in self.table:
-            return self.table[(a, b)]
-        return flip(self.table[(b, a)])
-
 
 def parse_kind(text: str) -> RelationKind | None:
     """Read a relation word out of an LLM reply.

@@ -133,3 +133,18 @@ def test_bad_options_are_config_errors():
         EngineConfig().with_options(speed=1)
     with pytest.raises(ConfigError, match="--param wants NAME=NUMBER"):
         config_from_args(build_parser().parse_args(["plan", "f", "--param", "alpha"]))
+
+
+@pytest.mark.parametrize("strategy", ["tree", "linear"])
+def test_explain_analyze_annotates_each_node_with_actuals(fake_parts, capsys, strategy):
+    argv = ["explain", QUESTION, "--index", "unused", "--strategy", strategy, "--analyze", "--quiet", "--cost-model", "structural"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "actual time=" in text and "Answer: Rush" in text and "Search: exact" in text
+    assert ("ParallelTree" if strategy == "tree" else "LinearTemplate") in text
+    assert main([*argv, "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["physical"]["operator"] == strategy and data["analyze"]["answer"] == "Rush"
+    assert all("operator" in n for n in data["nodes"]) and any("actual" in n for n in data["nodes"])
+    assert main([*argv, "--format", "dot"]) == 0
+    assert "actual time=" in capsys.readouterr().out

@@ -138,14 +138,6 @@ class RunResult:
         """The logical plan as ``{child: parent}``, or ``None`` when the run had no plan."""
         return dict(self.plan.tree.parent) if self.plan is not None else None
 
-    def retrieved_ids(self) -> list[str]:
-        """Every passage id retrieved during the run, in order, without repeats."""
-        seen: dict[str, None] = {}
-        for s in self.trace:
-            for p in s.passages:
-                seen.setdefault(p.id, None)
-        return list(seen)
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "question": self.question,

@@ -17,13 +17,9 @@ from nlqo.optimizer.graph import JoinGraph
 Score = Callable[[Shape], float]
 
 
-def _structural(shape: Shape) -> float:
-    return shape.height + shape.imbalance - shape.size - shape.edges
-
-
-def greedy(graph: JoinGraph, score: Score | None = None) -> dict[int, int]:
-    """A tree as ``{child index: parent index}`` over the atoms reachable from the root."""
-    score = score or _structural
+def greedy(graph: JoinGraph, score: Score) -> dict[int, int]:
+    """A tree as ``{child index: parent index}`` over the atoms reachable from the root, grown by
+    ``score`` (the cost model's :meth:`~nlqo.cost.CostModel.shape_cost`)."""
     parent: dict[int, int] = {}
     children: dict[int, list[int]] = {0: []}
     kids_mask: dict[int, int] = {0: 0}
