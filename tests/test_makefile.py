@@ -35,3 +35,10 @@ def test_the_report_lists_the_runs_in_data_set_order():
     folders = plan.stdout.split("--report", 1)[1].split()
     runs = [f"benchmarks/results/bench/{name}" for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")]
     assert [f for f in folders if f in runs] == [r for r in runs if (ROOT / r).is_dir()]
+
+
+def test_make_test_runs_ruff_and_mypy_before_pytest():
+    plan = dry_run("test")
+    assert plan.returncode == 0, plan.stderr
+    steps = [line for line in plan.stdout.splitlines() if "-m ruff" in line or "-m mypy" in line or "-m pytest" in line]
+    assert [s.split(" -m ")[1].split()[0] for s in steps] == ["ruff", "mypy", "pytest"]

@@ -150,9 +150,12 @@ def plan(query: Query, *, cost_model: CostModel | None = None, seed: int | None 
     return Optimizer(cost_model=cost_model or load_cost_model("structural"), rules=(), llm=llm, **options).optimize(query)
 
 
+_any_query = queries
+
+
 @st.composite
 def plans(draw: Any, queries: Any = None, cost_models: Any = None) -> Plan:
     """Plans of drawn queries (default: :func:`queries` up to 6 atoms) under drawn cost models (default: structural)."""
-    query = draw(queries if queries is not None else globals()["queries"](max_atoms=6))
+    query = draw(queries if queries is not None else _any_query(max_atoms=6))
     model = draw(cost_models) if cost_models is not None else None
     return plan(query, cost_model=model, seed=draw(st.integers(0, 3)))
