@@ -12,6 +12,7 @@ import pytest
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nlqo.config import EngineConfig
 from nlqo.cost import load_cost_model
 from nlqo.execute.engine import Engine
 from nlqo.execute.linear import LinearExecutor
@@ -23,7 +24,8 @@ from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
 from nlqo.prompts.execution import LINEAR
 from nlqo.syntax import parse
-from strategies import plan_with, queries
+from nlqo.testing.strategies import plan as plan_with
+from nlqo.testing.strategies import queries
 
 OLDER = parse(
     'question "Who was born first, Ada Lovelace or Charles Babbage?"\n'
@@ -203,7 +205,7 @@ profiles = st.builds(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queries(max_atoms=6), st.integers(0, 3), profiles)
 def test_lowering_picks_the_cheaper_estimate_and_more_concurrency_never_slows_the_tree(query, seed, profile):
-    plan = plan_with(query, seed)
+    plan = plan_with(query, seed=seed)
     physical = lower(plan, profile)
     ms = {op: e.ms for op, e in physical.estimates.items()}
     assert ms[physical.operator] == min(ms.values())
@@ -228,7 +230,7 @@ def test_engine_auto_plans_lowers_and_runs():
 
     llm = ScriptedLLM([("", reply)])
     # costed as a local backend with KV reuse: the chain goes to the linear template
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.physical.operator == "linear"
     assert result.plan is not None and dict(result.plan.tree.parent) == {"q1": "q2", "q2": ROOT}
@@ -236,7 +238,7 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
-    plain = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile(), plan_hints=False)
+    plain = Engine.from_config(EngineConfig(kv_reuse=False, plan_hints=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     unhinted = plain.ask("In which city was the director of Jaws born?", strategy="auto")
     assert unhinted.physical.operator == "linear" and unhinted.physical.hints  # the plan still has them ...
     assert "Plan step" not in llm.calls[-1]  # ... but the template is not shown them
@@ -246,17 +248,19 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
     from nlqo.cli import common, main
 
     llm = ScriptedLLM([("", "I cannot write that.")])
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False)
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     monkeypatch.setattr(common, "build_engine", lambda args: engine)
     code = main(["explain", "zzz", "--index", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "could not be parsed into a plan" in err and "--ir FILE" in err and "I cannot write that." not in err or "no atoms" in err
+    assert "could not be parsed into a plan" in err and "--ir FILE" in err
+    assert "I cannot write that." not in err  # the replies are not dumped, only the last error
+    assert "the last error: <llm>: empty IR" in err
 
 
 def test_ask_falls_back_to_the_template_when_parsing_fails():
     llm = ScriptedLLM([("nlqo IR", "nonsense"), ("Question:$", " who?"), ("", " Cincinnati")])
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, max_hops=2)
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.stop_reason.startswith("parse_failed; ")
     assert result.answer == "Cincinnati" and result.plan is None

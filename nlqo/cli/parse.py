@@ -21,11 +21,14 @@ def register(subparsers) -> None:
     p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
     p.add_argument("--ir-cleanup", action="store_true", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it")
+    common.add_runtime_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    llm = common.load_llm(args.model)
+    from nlqo.builder import load_model
+
+    llm = load_model(common.config_from_args(args))
     result = parse_question(args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup)
     sys.stdout.write(result.text)
     for w in result.warnings:

@@ -58,7 +58,7 @@ def targets(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = []
     baselines = {n: results[n]["em"] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
     if baselines:
-        best = max(baselines, key=baselines.get)
+        best = max(baselines, key=lambda name: baselines[name])
         rows.append(("auto EM >= best of standard-rag, iter-retgen, ircot, self-ask",
                      f"auto {100 * auto['em']:.1f} vs {best} {100 * baselines[best]:.1f}",
                      _verdict(auto["em"] >= baselines[best])))  # fmt: skip

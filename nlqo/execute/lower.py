@@ -13,6 +13,7 @@ from typing import Mapping
 
 import attrs
 
+from nlqo.kinds import Operator
 from nlqo.plan import ROOT, Plan
 
 PASSAGE_TOKENS = 110
@@ -60,8 +61,7 @@ class Estimate:
 
 @attrs.frozen
 class PhysicalPlan:
-    operator: str
-    """'linear' or 'tree'."""
+    operator: Operator
     logical: Plan
     estimates: Mapping[str, Estimate]
     reason: str
@@ -154,13 +154,13 @@ def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
 
 def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None) -> PhysicalPlan:
     """Pick the cheaper operator (or ``force`` one) and say why."""
-    estimates = {"linear": estimate_linear(plan, profile, k), "tree": estimate_tree(plan, profile, k)}
+    estimates = {Operator.LINEAR.value: estimate_linear(plan, profile, k), Operator.TREE.value: estimate_tree(plan, profile, k)}
     kind = shape(plan)
-    if force in ("linear", "tree"):
-        operator, reason = force, f"forced by --strategy {force}"
+    if force in Operator.values():
+        operator, reason = Operator(force), f"forced by --strategy {force}"
     else:
-        operator = min(estimates, key=lambda o: (estimates[o].ms, o))
-        other = "tree" if operator == "linear" else "linear"
+        operator = Operator(min(estimates, key=lambda o: (estimates[o].ms, o)))
+        other = Operator.TREE if operator == Operator.LINEAR else Operator.LINEAR
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
             f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}{_speedups(profile)}, "

@@ -40,7 +40,7 @@ import attrs
 import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 
 GGUF_MAGIC = b"GGUF"
 
@@ -138,6 +138,13 @@ class _Request:
     @property
     def prefilling(self) -> bool:
         return self.pos < len(self.ids)
+
+    @property
+    def seq(self) -> int:
+        """The KV sequence of the request's slot (it has one once admitted)."""
+        if self.slot is None:
+            raise LLMError("internal: a request without a slot reached the decoder")
+        return self.slot.seq
 
 
 class _Runtime:
@@ -349,7 +356,7 @@ class _Runtime:
             end = min(end, r.remember)
         end = min(end, r.pos + PREFILL_CHUNK)
         last = end == len(r.ids)
-        seq, start = r.slot.seq, r.pos
+        seq, start = r.seq, r.pos
         self._fill([(r.ids[p], p, seq, last and p == end - 1) for p in range(start, end)])
         r.pos = end
         if last:  # read the logits before anything else runs on the context
@@ -360,7 +367,7 @@ class _Runtime:
             self._take(r, token)
 
     def _decode_step(self, requests: list[_Request]) -> None:
-        self._fill([(r.generated[-1], r.pos, r.slot.seq, True) for r in requests])
+        self._fill([(r.generated[-1], r.pos, r.seq, True) for r in requests])
         for i, r in enumerate(requests):
             r.pos += 1
             self._take(r, int(np.argmax(self._logits(i))))
@@ -370,7 +377,7 @@ class _Runtime:
             if key in r.saved:
                 r.saved.move_to_end(key)
             return
-        ll, seq = self.ll, r.slot.seq
+        ll, seq = self.ll, r.seq
         size = ll.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq)
@@ -462,6 +469,11 @@ class LlamaCppLLM:
         check_gguf(path)
         runtime = _Runtime(path, threads=threads or default_threads(), n_seq=n_seq, n_ctx_seq=n_ctx_seq)
         return cls(runtime, name=name or path.stem, prefix_cache_size=prefix_cache_size)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Prefix reuse, sessions, forks, a cache identity, and the slots as concurrency."""
+        return Capabilities(prefix_cache=True, session=True, fork=True, concurrency=self.runtime.n_seq, cache_identity=True)
 
     @property
     def concurrency(self) -> int:

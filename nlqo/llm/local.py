@@ -31,13 +31,13 @@ import inspect
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import attrs
 import torch
 
 from nlqo.errors import LLMError, ModelNotAvailable
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -108,6 +108,9 @@ class TransformersLLM:
     Build it with :meth:`load` (a local model directory) or
     :func:`nlqo.models.load_local` (bundled names, GGUF files, hub ids).
     """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1)
+    """Prefix KV cache, KV sessions and forks; one generation at a time (a lock serializes them)."""
 
     model: Any
     tokenizer: Any

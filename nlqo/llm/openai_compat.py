@@ -18,13 +18,13 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import attrs
 
 from nlqo import __version__
 from nlqo.errors import LLMError
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: timeouts, rate limits and transient server errors."""
@@ -72,6 +72,9 @@ class OpenAICompatLLM:
     >>> llm.api_base, llm.temperature
     ('http://127.0.0.1:8080/v1', 0.0)
     """
+
+    capabilities: ClassVar[Capabilities] = Capabilities(cache_identity=True)
+    """Only a cache identity: the server's own prefix caching needs nothing from nlqo."""
 
     base_url: str
     """Server URL, e.g. ``http://127.0.0.1:8000/v1``; a bare host gets ``/v1``."""
