@@ -16,8 +16,12 @@ class Usage:
     cached_prompt_tokens: int = 0
     """Prompt tokens served from a KV/prefix cache instead of being computed."""
     generated_tokens: int = 0
+    """Tokens the model chose (sampled or argmax), end-of-sequence token included."""
     wall_ms: float = 0.0
     calls: int = 0
+    forced_tokens: int = 0
+    """Reply tokens a grammar forced: appended without sampling, computed like prompt tokens
+    (:mod:`nlqo.llm.constrain`). The reply is ``generated_tokens + forced_tokens`` long."""
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -30,6 +34,7 @@ class Usage:
             generated_tokens=self.generated_tokens + other.generated_tokens,
             wall_ms=self.wall_ms + other.wall_ms,
             calls=self.calls + other.calls,
+            forced_tokens=self.forced_tokens + other.forced_tokens,
         )
 
 

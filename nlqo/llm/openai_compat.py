@@ -222,7 +222,7 @@ def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
 
     >>> parse_usage({"usage": {"prompt_tokens": 9, "completion_tokens": 3,
     ...              "prompt_tokens_details": {"cached_tokens": 8}}}, 5.0)
-    Usage(prompt_tokens=9, cached_prompt_tokens=8, generated_tokens=3, wall_ms=5.0, calls=1)
+    Usage(prompt_tokens=9, cached_prompt_tokens=8, generated_tokens=3, wall_ms=5.0, calls=1, forced_tokens=0)
     """
     usage = reply.get("usage") or {}
     prompt = int(usage.get("prompt_tokens") or 0)
