@@ -240,8 +240,8 @@ class ConstrainedCompletion(Completion):
     """A reply to a constrained request: ``usage.forced_tokens`` counts the forced tokens."""
 
     enforced: bool = True
-    """True when the backend applied the grammar token by token (or a server took it); False when
-    it could not, and the reply must be validated after the fact."""
+    """True when this process applied the grammar token by token, so the reply follows it; False
+    when a server was asked to (its reply is validated like any other)."""
     mask_ms: float = 0.0
     """Time spent computing and applying token masks."""
     decode_ms: float = 0.0
@@ -265,9 +265,10 @@ def _takes(method: Any, name: str) -> bool:
         return False
 
 
-def takes_constraint(llm: LLM) -> bool:
-    """Whether ``llm.chat`` accepts a ``constraint`` (it may still be unable to enforce it: see :func:`enforced`)."""
-    return _takes(llm.chat, "constraint")
+def can_constrain(llm: LLM) -> bool:
+    """Whether ``llm`` applies a constraint: token by token (the local runtimes) or by passing its
+    grammar to a server that takes one. Backends say so with a ``constrains`` property."""
+    return bool(getattr(llm, "constrains", False)) and _takes(llm.chat, "constraint")
 
 
 def constrained_chat(
@@ -279,7 +280,8 @@ def constrained_chat(
     max_tokens: int = 256,
     prefix_cache: bool = True,
 ) -> Completion:
-    """``llm.chat`` under ``constraint`` where the backend takes one, unconstrained otherwise.
+    """``llm.chat`` under ``constraint`` where the backend applies one (:func:`can_constrain`),
+    unconstrained otherwise.
 
     Backends that keep a prefix KV cache are asked to reuse it (see ``chat_reusing_prefix``).
 
@@ -291,11 +293,11 @@ def constrained_chat(
     options: dict[str, Any] = {}
     if prefix_cache and _takes(llm.chat, "prefix_cache"):
         options["prefix_cache"] = True
-    if constraint is not None and _takes(llm.chat, "constraint"):
+    if constraint is not None and can_constrain(llm):
         options["constraint"] = constraint
     return llm.chat(messages, stop=stop, max_tokens=max_tokens, **options)
 
 
 def enforced(reply: Completion) -> bool:
-    """Whether ``reply`` was produced under its constraint (else it must be validated)."""
+    """Whether ``reply`` was produced under its constraint token by token, so it follows the grammar."""
     return isinstance(reply, ConstrainedCompletion) and reply.enforced

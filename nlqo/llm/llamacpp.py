@@ -532,6 +532,11 @@ class LlamaCppLLM:
         return self.runtime.n_seq
 
     @property
+    def constrains(self) -> bool:
+        """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
+        return True
+
+    @property
     def threads(self) -> int:
         return self.runtime.threads
 

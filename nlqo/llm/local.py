@@ -167,6 +167,11 @@ class TransformersLLM:
         """Generations that run at once: one (a lock serializes them)."""
         return 1
 
+    @property
+    def constrains(self) -> bool:
+        """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
+        return True
+
     # --- text <-> tokens ---------------------------------------------------------------------
 
     def encode(self, text: str, *, special: bool = False) -> list[int]:
