@@ -112,9 +112,13 @@ def hf_tokenizer(tokenizer: Any, *, n_vocab: int | None, eos: Sequence[int]) -> 
 def llamacpp_tokenizer(vocab: Any, *, eos: Sequence[int]) -> Any:
     """llguidance's tokenizer for a llama.cpp vocabulary (about 1 s: build once per model)."""
     _llguidance()
+    import warnings
+
     import llguidance.llamacpp
 
-    return llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=sorted(eos))
+    with warnings.catch_warnings():  # it reads token attributes with a call llama-cpp-python marks deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return llguidance.llamacpp.lltokenizer_from_vocab(vocab, eos_token=sorted(eos))
 
 
 @attrs.define(eq=False)

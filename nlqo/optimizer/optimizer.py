@@ -18,6 +18,7 @@ import attrs
 from nlqo.cost import CostContext, CostModel, load_cost_model
 from nlqo.ir import Query
 from nlqo.llm.base import LLM, Usage
+from nlqo.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.optimizer import dp
 from nlqo.optimizer.graph import JoinGraph, join_graph
 from nlqo.optimizer.greedy import greedy
@@ -27,6 +28,10 @@ from nlqo.plan import ROOT, Cost, Plan, SearchStats, Tree, textualise
 from nlqo.prompts import planning
 from nlqo.relations import RelationCache, Relations, llm_asker, resolve
 from nlqo.rewrite import Rule, load_rules, rewrite
+
+
+YES_NO = choice(("yes", "no"), name="yes-no")
+"""A merge-check reply constrained: yes or no."""
 
 
 @attrs.define(eq=False)
@@ -47,12 +52,14 @@ class Optimizer:
     context_merge: bool = False
     """Ask the LLM to confirm LLM-decided edges of the chosen plan, with the plan in the prompt."""
     max_merge_rounds: int = 3
+    constrained: bool = True
+    """Constrain relation and merge-check replies to their allowed words where the LLM can."""
 
     def optimize(self, query: Query) -> Plan:
         started = time.perf_counter()
         program = rewrite(query, self.rules if self.rules is not None else load_rules())
         q = program.query
-        relations = resolve(q, ask=llm_asker(self.llm) if self.llm is not None else None, cache=self.cache)
+        relations = resolve(q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache)
         graph = join_graph(q, relations.table)
         ctx = CostContext(q, relations.table, self.embedder)
         warnings = list(program.warnings)
@@ -142,11 +149,9 @@ class Optimizer:
             verdict = self.cache.entries.get(key) if self.cache is not None else None
             if verdict is None:
                 prompt = planning.MERGE
-                reply = self.llm.chat(  # type: ignore[union-attr]
-                    prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text()),
-                    stop=prompt.stop,
-                    max_tokens=prompt.max_tokens,
-                )
+                messages = prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text())
+                constraint = YES_NO if self.constrained and can_constrain(self.llm) else None
+                reply = constrained_chat(self.llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False)
                 checks += 1
                 usage = usage + reply.usage
                 verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"
