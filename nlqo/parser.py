@@ -16,7 +16,7 @@ from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.ir import Const, Query
 from nlqo.ir_grammar import MAX_ATOMS, ir_constraint, max_reply_bytes, question_words
 from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
-from nlqo.llm.constrain import ConstrainedCompletion, can_constrain, constrained_chat, enforced
+from nlqo.llm.constrain import ConstrainedCompletion, can_constrain, constrained_chat, enforced, token_level
 from nlqo.prompts import planning
 from nlqo.rewrite import Program, load_rules
 from nlqo.syntax import parse, render
@@ -41,6 +41,19 @@ class ParseResult:
     def repairs(self) -> int:
         """Repair calls made: attempts after the first."""
         return self.attempts - 1
+
+    def describe(self) -> str:
+        """How the IR came about, for EXPLAIN.
+
+        >>> ParseResult(None, "", 1, Usage(), constrained=True).describe()
+        'constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)'
+        >>> ParseResult(None, "", 2, Usage()).describe()
+        'unconstrained, 2 attempts, 1 repair'
+        """
+        how = "constrained by the generation grammar" if self.constrained else "unconstrained"
+        repairs = f"{self.repairs} repair{'' if self.repairs == 1 else 's'}"
+        scope = " (repairs for semantic errors only)" if self.constrained else ""
+        return f"{how}, {self.attempts} attempt{'' if self.attempts == 1 else 's'}, {repairs}{scope}"
 
 
 _LINE = re.compile(r"^\s*(q\w*\s*=|answer\b|relation\b|question\b|#)")
@@ -166,12 +179,14 @@ def parse_question(
     prompt = planning.PARSE
     messages = prompt.messages(question=question)
     constraint = ir_constraint(question, max_atoms) if constrained and can_constrain(llm) else None
+    # Applied token by token, the grammar ends the reply and bounds its length; a server is given
+    # the prompt's budget (servers refuse one beyond their context) and validated after the fact.
+    budget = max(prompt.max_tokens, max_reply_bytes(max_atoms, question)) if token_level(llm) else prompt.max_tokens
     mask_ms = decode_ms = 0.0
     for attempt in range(repairs + 1):
         if constraint is None:
             reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         else:
-            budget = max(prompt.max_tokens, max_reply_bytes(max_atoms, question))
             reply = constrained_chat(llm, messages, constraint, max_tokens=budget)
             if isinstance(reply, ConstrainedCompletion):
                 mask_ms, decode_ms = mask_ms + reply.mask_ms, decode_ms + reply.decode_ms

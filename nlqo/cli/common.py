@@ -51,6 +51,21 @@ def load_embedder(name: str):
     return SentenceEmbedder.load(name)
 
 
+def on_off(text: str) -> bool:
+    """``on`` or ``off`` as a bool (argparse type)."""
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, not {text!r}")
+    return text == "on"
+
+
+def add_constrained_options(parser) -> None:
+    """``--constrained on|off`` and ``--max-atoms``: how the question is parsed (docs/ir.md)."""
+    from nlqo.ir_grammar import MAX_ATOMS
+
+    parser.add_argument("--constrained", type=on_off, default=True, metavar="on|off", help="parsing: constrain the LLM's IR (and its relation answers) with the IR's generation grammar, so it is valid by construction; off asks freely and repairs after the fact (default: on)")
+    parser.add_argument("--max-atoms", type=int, default=MAX_ATOMS, metavar="N", help="parsing: atoms a constrained reply may write (default: %(default)s)")
+
+
 def add_quantize_option(parser: argparse.ArgumentParser) -> None:
     """``--runtime`` and ``--quantize``: which runtime runs a local model, and how."""
     from nlqo.models import QUANTIZATIONS, RUNTIMES
@@ -120,6 +135,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-hops", type=int, default=10, help="linear template: hop cap (default: %(default)s)")
     group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
     group.add_argument("--ir-cleanup", action="store_true", help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it")
+    add_constrained_options(group)
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
@@ -136,6 +152,7 @@ def build_engine(args: argparse.Namespace):
     from nlqo.cost import load_cost_model
     from nlqo.execute.engine import Engine
     from nlqo.index import Index
+    from nlqo.ir_grammar import MAX_ATOMS
     from nlqo.optimizer import Optimizer
 
     progress = not getattr(args, "quiet", False)
@@ -146,7 +163,7 @@ def build_engine(args: argparse.Namespace):
     llm = load_llm(args.model, runtime=getattr(args, "runtime", "auto"), quantize=getattr(args, "quantize", "none"), threads=getattr(args, "threads", None), progress=progress)
     embedder = index.embedder
     model = load_cost_model(getattr(args, "cost_model", "default"), path=getattr(args, "path", ()))
-    optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm)
+    optimizer = Optimizer(cost_model=model, embedder=embedder if "similarity" in model.names else None, llm=llm, constrained=getattr(args, "constrained", True))
     measure_costs = getattr(args, "strategy", None) == "auto"
     if measure_costs and progress:
         print("nlqo: measuring the backend's per-token costs for the cost-based lowering ...", file=sys.stderr, flush=True)
@@ -165,6 +182,8 @@ def build_engine(args: argparse.Namespace):
         ir_cleanup=getattr(args, "ir_cleanup", False),
         plan_hints=not getattr(args, "no_plan_hints", False),
         guard_rewrites=getattr(args, "guard_rewrites", False),
+        constrained=getattr(args, "constrained", True),
+        max_atoms=getattr(args, "max_atoms", MAX_ATOMS),
     )
 
 

@@ -13,8 +13,9 @@ from nlqo.execute.trace import PARSE_FAILED, RunResult, Step, Trace
 from nlqo.execute.tree import TreeExecutor
 from nlqo.llm.base import LLM
 from nlqo.optimizer import Optimizer
-from nlqo.parser import parse_question
 from nlqo.ir import Query
+from nlqo.ir_grammar import MAX_ATOMS
+from nlqo.parser import parse_question
 from nlqo.passages import Embedder, Retriever
 from nlqo.plan import Plan
 
@@ -45,6 +46,10 @@ class Engine:
     """Parse with ``cleanup`` (``nlqo.parser.tidy``): unquote quoted variables, drop repeated atom lines and a cut-off last line."""
     plan_hints: bool = True
     """A plan lowered to the linear template shows its atoms to the template as plan-step hints."""
+    constrained: bool = True
+    """Parse under the IR's generation grammar where the LLM can apply one (``nlqo.parser``)."""
+    max_atoms: int = MAX_ATOMS
+    """Atoms a constrained parse may write."""
 
     @classmethod
     def create(
@@ -65,6 +70,8 @@ class Engine:
         ir_cleanup: bool = False,
         plan_hints: bool = True,
         guard_rewrites: bool = False,
+        constrained: bool = True,
+        max_atoms: int = MAX_ATOMS,
     ) -> "Engine":
         """An engine with default parts; ``measure_costs`` times the backend's per-token costs once
         (a few short generations) so that ``auto`` lowers on measured rather than default costs."""
@@ -87,6 +94,8 @@ class Engine:
             k=k,
             ir_cleanup=ir_cleanup,
             plan_hints=plan_hints,
+            constrained=constrained,
+            max_atoms=max_atoms,
         )
 
     def plan(self, question: str, *, strategy: str = "auto", trace: Trace | None = None) -> Planned:
@@ -95,11 +104,11 @@ class Engine:
         started = time.perf_counter()
         at = trace.now_ms()
         try:
-            parsed = parse_question(question, self.llm, cleanup=self.ir_cleanup)
+            parsed = parse_question(question, self.llm, cleanup=self.ir_cleanup, constrained=self.constrained, max_atoms=self.max_atoms)
         except ParseFailure as exc:
-            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
+            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at, note="no valid IR: the linear template runs instead"))
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
-        trace.record(Step.llm("parse", parsed.usage, parsed.text, at))
+        trace.record(Step.llm("parse", parsed.usage, parsed.text, at, note=parsed.describe()))
         planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
         return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)

@@ -4,7 +4,8 @@ Each builder takes ``(llm, retriever, *, embedder, k, **options)`` and returns a
 ``name`` and ``run(question, trace=None) -> RunResult``. Options: ``tau``, ``max_hops``,
 ``kv_reuse``, ``parallel``, ``workers``, ``alpha`` (similarity scale of the default cost model),
 ``relation_cache`` (bool: keep LLM answers about atom pairs across questions), ``ir_cleanup``,
-``plan_hints`` and ``guard_rewrites`` (bools, as ``Engine.create`` takes them). ``auto`` measures
+``plan_hints``, ``guard_rewrites`` and ``constrained`` (bools, as ``Engine.create`` takes them;
+``constrained`` also constrains the optimizer's relation calls). ``auto`` measures
 the backend's per-token costs once, when built, as ``nlqo ask --strategy auto`` does.
 """
 
@@ -39,7 +40,7 @@ def _engine(llm: LLM, retriever: Retriever, embedder: Embedder, k: int, options:
     if "alpha" in options:
         model = model.with_params(alpha=float(options.pop("alpha")))
     cache = RelationCache() if options.pop("relation_cache", True) else None
-    optimizer = Optimizer(cost_model=model, embedder=embedder, llm=llm, cache=cache)
+    optimizer = Optimizer(cost_model=model, embedder=embedder, llm=llm, cache=cache, constrained=options.get("constrained", True))
     return Engine.create(llm, retriever, embedder, optimizer=optimizer, k=k, measure_costs=measure, **options)
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Sequence
 import attrs
 
 from nlqo.llm.base import LLM, ChatMessage, Completion, Usage, chat_reusing_prefix, complete_reusing_prefix
+from nlqo.llm.constrain import Constraint, can_constrain, constrained_chat
 
 FORMAT = 1
 """Bumped when the key or entry layout changes; old entries then simply miss."""
@@ -45,12 +46,14 @@ def is_cache_hit(completion: Completion) -> bool:
     return isinstance(completion, CachedCompletion)
 
 
-def request_key(llm: LLM, method: str, payload: Any, stop: Sequence[str], max_tokens: int) -> tuple[str, Any]:
+def request_key(
+    llm: LLM, method: str, payload: Any, stop: Sequence[str], max_tokens: int, constraint: Constraint | None = None
+) -> tuple[str, Any]:
     """The stable hash of a request and the request as stored (JSON-normalised).
 
     The key covers the backend name, its ``cache_identity()`` (model and generation settings; a
     backend without one contributes its ``model`` attribute), the method, the prompt or
-    messages, the stop strings (as a set) and ``max_tokens``.
+    messages, the stop strings (as a set), ``max_tokens`` and the constraint's key when there is one.
 
     >>> from nlqo.llm.scripted import ScriptedLLM
     >>> a, _ = request_key(ScriptedLLM([]), "complete", "Hi", ["\\n"], 8)
@@ -68,6 +71,8 @@ def request_key(llm: LLM, method: str, payload: Any, stop: Sequence[str], max_to
         "stop": sorted(set(stop)),
         "max_tokens": max_tokens,
     }
+    if constraint is not None:
+        request["constraint"] = constraint.key()
     blob = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest(), json.loads(blob)
 
@@ -97,6 +102,11 @@ class CachedLLM:
     def name(self) -> str:
         return self.inner.name
 
+    @property
+    def constrains(self) -> str | None:
+        """How the backend applies constraints, if it does (replies are cached per constraint)."""
+        return getattr(self.inner, "constrains", None) if can_constrain(self.inner) else None
+
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
         key, request = request_key(self.inner, "complete", prompt, stop, max_tokens)
@@ -104,9 +114,22 @@ class CachedLLM:
             return self._serve(key, request, lambda: complete_reusing_prefix(self.inner, prompt, stop=stop, max_tokens=max_tokens))
         return self._serve(key, request, lambda: self.inner.complete(prompt, stop=stop, max_tokens=max_tokens))
 
-    def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
-        """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
+    ) -> Completion:
+        """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``,
+        and to follow ``constraint`` when given; a stored reply counts as unconstrained)."""
         payload = [{"role": m.role, "content": m.content} for m in messages]
+        if constraint is not None and can_constrain(self.inner):
+            key, request = request_key(self.inner, "chat", payload, stop, max_tokens, constraint)
+            ask = lambda: constrained_chat(self.inner, messages, constraint, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)  # noqa: E731
+            return self._serve(key, request, ask)
         key, request = request_key(self.inner, "chat", payload, stop, max_tokens)
         if prefix_cache:
             return self._serve(key, request, lambda: chat_reusing_prefix(self.inner, messages, stop=stop, max_tokens=max_tokens))

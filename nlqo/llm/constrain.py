@@ -269,10 +269,22 @@ def _takes(method: Any, name: str) -> bool:
         return False
 
 
+TOKENS = "tokens"
+"""A backend's ``constrains`` when it applies grammars token by token in this process."""
+SERVER = "server"
+"""A backend's ``constrains`` when it passes grammars to a server."""
+
+
 def can_constrain(llm: LLM) -> bool:
     """Whether ``llm`` applies a constraint: token by token (the local runtimes) or by passing its
-    grammar to a server that takes one. Backends say so with a ``constrains`` property."""
-    return bool(getattr(llm, "constrains", False)) and _takes(llm.chat, "constraint")
+    grammar to a server that takes one. Backends say which in a ``constrains`` property."""
+    return getattr(llm, "constrains", None) in (TOKENS, SERVER) and _takes(llm.chat, "constraint")
+
+
+def token_level(llm: LLM) -> bool:
+    """Whether ``llm`` applies constraints token by token, so every reply follows its grammar and
+    a token budget the grammar cannot exceed may be given."""
+    return can_constrain(llm) and getattr(llm, "constrains", None) == TOKENS
 
 
 def constrained_chat(

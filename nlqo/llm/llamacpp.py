@@ -45,7 +45,7 @@ import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
-from nlqo.llm.constrain import Constraint, LazyTokenizer, Matcher, completion, llamacpp_tokenizer
+from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, llamacpp_tokenizer
 
 GGUF_MAGIC = b"GGUF"
 
@@ -532,9 +532,9 @@ class LlamaCppLLM:
         return self.runtime.n_seq
 
     @property
-    def constrains(self) -> bool:
+    def constrains(self) -> str:
         """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
-        return True
+        return TOKENS
 
     @property
     def threads(self) -> int:

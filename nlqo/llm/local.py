@@ -42,7 +42,7 @@ import torch
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
-from nlqo.llm.constrain import Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
+from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -168,9 +168,9 @@ class TransformersLLM:
         return 1
 
     @property
-    def constrains(self) -> bool:
+    def constrains(self) -> str:
         """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
-        return True
+        return TOKENS
 
     # --- text <-> tokens ---------------------------------------------------------------------
 
