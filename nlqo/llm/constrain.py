@@ -11,8 +11,10 @@ starts one :class:`Matcher` per request and, at each step:
 1. appends the tokens the grammar forces (:meth:`Matcher.forced`) without sampling: they enter the
    model in the same forward pass as the token before them and are counted as *forced*
    (``Usage.forced_tokens``), not generated;
-2. masks the logits in place with numpy and takes the greedy choice (:meth:`Matcher.choose`), so
-   where the grammar allows the model's own choice the output is the unconstrained one;
+2. takes the greedy choice among the allowed tokens (:meth:`Matcher.choose`): the model's own
+   choice when the grammar allows it (checking one token is cheap), else the argmax of the logits
+   masked in place with numpy; so where the grammar allows the model's choice the output is the
+   unconstrained one;
 3. ends the reply as soon as the grammar accepts nothing more, without sampling an end token.
 
 An OpenAI-compatible server gets the grammar passed through where its API takes one
@@ -204,8 +206,23 @@ class Matcher:
         return out
 
     def choose(self, logits: np.ndarray) -> int:
-        """The greedy token among the allowed ones; ``logits`` (a numpy vector) is masked in place."""
+        """The greedy token among the allowed ones.
+
+        The model's own choice is checked first (one token: cheap); only when the grammar rejects
+        it is the whole mask computed and applied to ``logits`` in place. Either way the result is
+        the argmax of the masked logits, lowest id first on ties, as :meth:`masked_argmax` gives.
+        """
         started = time.perf_counter()
+        top = int(np.argmax(logits))
+        if top < self.tokenizer.vocab_size and self._inner.validate_tokens([top]) == 1:
+            token = top
+        else:
+            token = self.masked_argmax(logits)
+        self.mask_ms += (time.perf_counter() - started) * 1000.0
+        return token
+
+    def masked_argmax(self, logits: np.ndarray) -> int:
+        """Mask ``logits`` (a numpy vector) in place with the grammar's token mask; its argmax."""
         self._inner.unsafe_compute_mask_ptr(self._bits.ctypes.data, self._bits.nbytes)
         if self._inner.is_error():
             self._fail()
@@ -214,7 +231,6 @@ class Matcher:
         np.copyto(logits[:n], -np.inf, where=~allowed)
         logits[n:] = -np.inf
         token = int(np.argmax(logits))
-        self.mask_ms += (time.perf_counter() - started) * 1000.0
         if not np.isfinite(logits[token]):
             raise LLMError(f"constraint {self.constraint.name}: no token is allowed after {self.text[-80:]!r}")
         return token
