@@ -5,12 +5,12 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NLQO := $(VENV)/bin/nlqo
-# The bundled model `nlqo ask` uses by default (nlqo/cli/common.py DEFAULT_MODEL; docs/models.md says why).
-MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/cli/common.py)
+# The bundled model `nlqo ask` uses by default (nlqo/config.py DEFAULT_MODEL; docs/models.md says why).
+MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the director of the film Jaws born?
 
-.PHONY: demo test install install-test clean-venv bench bench-report ablations experiments
+.PHONY: demo test lint install install-test clean-venv bench bench-report ablations experiments
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,13 @@ $(DEMO_INDEX)/manifest.json: examples/demo_corpus.jsonl $(VENV)/.base
 demo: install $(VENV)/.model-$(MODEL) $(DEMO_INDEX)/manifest.json
 	$(NLQO) ask "$(QUESTION)" --index $(DEMO_INDEX) --model $(MODEL)
 
-test: install-test
+test: install-test lint
 	$(PY) -m pytest -q
+
+# Static checks, part of `make test`: ruff's bug-finding rules and mypy over nlqo/ (pyproject.toml).
+lint: install-test
+	$(PY) -m ruff check nlqo tests benchmarks scripts
+	$(PY) -m mypy
 
 clean-venv:
 	rm -rf $(VENV)

@@ -38,6 +38,7 @@ def main() -> None:
     from nlqo.errors import ParseFailure
     from nlqo.eval.datasets import QuestionSet
     from nlqo.eval.metrics import exact_match
+    from nlqo.config import EngineConfig
     from nlqo.execute.engine import Engine
     from nlqo.index import Index, build_index
     from nlqo.models import load_local
@@ -52,7 +53,7 @@ def main() -> None:
         started = time.perf_counter()
         llm = load_local(name)
         load_s = time.perf_counter() - started
-        engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
+        engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
         for q in questions:
             t0 = time.perf_counter()
             r = engine.ask(q.question, strategy="linear")

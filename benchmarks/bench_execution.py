@@ -303,6 +303,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from nlqo.eval.datasets import QuestionSet
+    from nlqo.config import EngineConfig
     from nlqo.execute.engine import Engine
     from nlqo.models import load_local
 
@@ -326,7 +327,7 @@ def main() -> None:
         return
     index = build_or_open_index(args.corpus, args.index)
     llm = load_local(args.model, quantize=args.quantize)
-    engine = Engine.create(llm, index.retriever("hybrid"), index.embedder)
+    engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
     meta = run_meta(args, engine.k)
     RESULTS.mkdir(parents=True, exist_ok=True)

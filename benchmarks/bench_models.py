@@ -22,7 +22,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path

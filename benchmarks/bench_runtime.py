@@ -98,13 +98,13 @@ def first_token_after_warm_scaffold(llm, *, repeats: int = 3) -> dict:
     if not hasattr(llm, "session"):
         return {}
     llm = llm.fork() if hasattr(llm, "fork") else llm
-    warm = llm.session(LINEAR.prefix)
-    warm.append(LINEAR.main.format(question="Who wrote the novel on which the film Psycho was based?"))
+    warm = llm.session(LINEAR.scaffold)
+    warm.append(LINEAR.opening("Who wrote the novel on which the film Psycho was based?"))
     warm.generate(max_tokens=1)  # computes and saves the scaffold
     times, cached = [], []
     for i in range(repeats):
-        session = llm.session(LINEAR.prefix)
-        session.append(LINEAR.main.format(question=f"Question {i}: which country hosted the 1992 Summer Olympics?"))
+        session = llm.session(LINEAR.scaffold)
+        session.append(LINEAR.opening(f"Question {i}: which country hosted the 1992 Summer Olympics?"))
         out = session.generate(max_tokens=1)
         times.append(out.usage.wall_ms / 1000)
         cached.append(out.usage.cached_prompt_tokens / out.usage.prompt_tokens)

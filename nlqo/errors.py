@@ -24,12 +24,16 @@ class IRSyntaxError(NlqoError):
 
 
 class IRSemanticError(NlqoError):
-    """IR that parses but does not make sense (unknown ids, unbound answer, duplicates)."""
+    """IR that parses but does not make sense (unknown ids, unbound answer, duplicates, contradictory pins).
 
-    def __init__(self, message: str, *, line: int | None = None, source: str = "<ir>"):
-        self.line = line
+    ``line`` is the first line at fault; ``lines`` every line involved (two contradictory pins, a cycle).
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, source: str = "<ir>", lines: tuple[int, ...] = ()):
+        self.lines = lines or ((line,) if line else ())
+        self.line = line if line else (self.lines[0] if self.lines else None)
         self.source = source
-        where = f"{source}:{line}: " if line else f"{source}: "
+        where = f"{source}:{self.line}: " if self.line else f"{source}: "
         super().__init__(where + message)
 
 
@@ -59,6 +63,10 @@ class CostModelError(NlqoError):
 
 class OptimizeError(NlqoError):
     """The optimizer was given something it cannot plan."""
+
+
+class LimitError(NlqoError):
+    """An input beyond a documented limit (atoms to plan, characters of a question); names the limit and how to change it."""
 
 
 class ConfigError(NlqoError):

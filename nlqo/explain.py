@@ -14,7 +14,8 @@ from nlqo.ir import Const, Var
 from nlqo.plan import ROOT, Cost, Plan
 from nlqo.syntax import answer_text
 
-JSON_VERSION = 1
+JSON_VERSION = 2
+"""2: ``stats.left_out`` lists objects with a reason; ``stats`` has budget, beam, beam_dropped and exact."""
 
 
 def node_costs(plan: Plan, model: CostModel, ctx: CostContext) -> dict[str, Cost]:
@@ -67,13 +68,17 @@ def text(
         f"Planning: {s.method}{' (fallback)' if s.fallback else ''}, {s.llm_calls} LLM calls, "
         f"{s.cache_hits} cache hits, {s.pruned_pairs} pruned pairs, {s.planning_ms:.1f} ms"
     )
-    if plan.left_out:
-        lines.append("Left out: " + ", ".join(f"{a} ({plan.label(a)})" for a in plan.left_out))
+    lines.append(
+        f"Search: {'exact' if s.exact else 'not exact: ' + '; '.join(s.inexact_because)}; "
+        f"{s.pairs} of {s.budget} sub-plan pairs, beam {s.beam} ({s.beam_dropped} cut)"
+    )
+    for gone in plan.left_out:
+        lines.append(f"Left out: {gone.id} ({gone.text}): {gone.reason}")
     for w in plan.warnings:
         lines.append(f"Warning: {w}")
     if verbose:
         lines.append(
-            f"Search: {s.subsets} atom sets, {s.pairs} sub-plan pairs, {s.candidates} complete candidates"
+            f"Search space: {s.subsets} atom sets, {s.candidates} complete candidates"
             f", {s.merge_checks} merge checks ({s.merge_rejections} rejected)"
         )
         lines.append("Relations:")
@@ -121,7 +126,12 @@ def to_dict(
             "pruned_pairs": s.pruned_pairs,
             "fallback": s.fallback,
             "method": s.method,
-            "left_out": list(plan.left_out),
+            "budget": s.budget,
+            "beam": s.beam,
+            "beam_dropped": s.beam_dropped,
+            "exact": s.exact,
+            "inexact_because": list(s.inexact_because),
+            "left_out": [{"id": x.id, "atom": x.text, "reason": x.reason} for x in plan.left_out],
         },
         "warnings": list(plan.warnings),
         "relations": [
@@ -152,7 +162,7 @@ def dot(plan: Plan, *, costs: Mapping[str, Cost] | None = None, annotations: Map
         out.append(f'  "{_dot_escape(node)}" [label="{_dot_escape(chr(10).join(lines))}"{shape}];')
     for child, parent in plan.tree.parent:
         out.append(f'  "{_dot_escape(child)}" -> "{_dot_escape(parent)}";')
-    for atom in plan.left_out:
-        out.append(f'  "{_dot_escape(atom)}" [label="{_dot_escape(atom + ": " + plan.label(atom))}\\n(left out)", style=dashed];')
+    for gone in plan.left_out:
+        out.append(f'  "{_dot_escape(gone.id)}" [label="{_dot_escape(gone.id + ": " + gone.text)}\\n(left out)", style=dashed];')
     out.append("}")
     return "\n".join(out)

@@ -5,12 +5,13 @@ Values are immutable; change them with :func:`attrs.evolve`. Text form: :mod:`nl
 
 from __future__ import annotations
 
+import functools
 import json
-from typing import Iterator, Union
+from typing import Mapping, Union
 
 import attrs
 
-RELATION_KINDS = ("parent", "sibling", "none")
+from nlqo.kinds import PINNABLE, RelationKind
 
 
 @attrs.frozen(order=True)
@@ -49,7 +50,7 @@ class Atom:
     def terms(self) -> tuple[Term, Term, Term]:
         return (self.subject, self.predicate, self.object)
 
-    @property
+    @functools.cached_property
     def variables(self) -> frozenset[str]:
         """Names of the variables the atom mentions."""
         return frozenset(t.name for t in self.terms if isinstance(t, Var))
@@ -72,7 +73,7 @@ class Relation:
     """
 
     left: str
-    kind: str = attrs.field(validator=attrs.validators.in_(RELATION_KINDS))
+    kind: RelationKind = attrs.field(converter=RelationKind, validator=attrs.validators.in_(PINNABLE))
     right: str
 
 
@@ -90,20 +91,13 @@ class Query:
     question: str | None = None
     relations: tuple[Relation, ...] = ()
 
+    @functools.cached_property
+    def _by_id(self) -> Mapping[str, Atom]:
+        return {a.id: a for a in self.atoms}
+
     def atom(self, atom_id: str) -> Atom:
-        for a in self.atoms:
-            if a.id == atom_id:
-                return a
-        raise KeyError(atom_id)
+        return self._by_id[atom_id]
 
     @property
     def ids(self) -> tuple[str, ...]:
         return tuple(a.id for a in self.atoms)
-
-    def variables(self) -> Iterator[str]:
-        seen: set[str] = set()
-        for a in self.atoms:
-            for t in a.terms:
-                if isinstance(t, Var) and t.name not in seen:
-                    seen.add(t.name)
-                    yield t.name

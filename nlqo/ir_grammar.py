@@ -1,7 +1,7 @@
 """The IR's generation grammar: what the parser lets a model write (``grammar/nlqo-generate.lark``).
 
 The file holds the line-level rules; this module completes them for one question: atom ids in
-order, at most ``max_atoms`` atoms, relation lines only between atoms written, constants that
+order, at most ``max_atoms`` atoms, at most one relation line between atoms written, constants that
 contain a word of the question, and the keyword ``answer``. The answer line is a second stage:
 :func:`answer_grammar` lists only the variables the reply's atoms mention, so a reply that follows
 both stages is valid IR (no context-free grammar can tie the answer to the atoms).
@@ -68,30 +68,30 @@ def constant_terminal(question: str | None) -> str:
     return f'CONSTANT: /"{before}(?:{alternatives}){after}"/'
 
 
-def _relations(k: int) -> list[str]:
-    """Rules for up to ``k - 1`` relation lines between two different atoms of q1..qk."""
+def _relation(k: int) -> list[str]:
+    """The rule of a relation line between two different atoms of q1..qk (one line: a single pin
+    cannot contradict another, and pins that contradict are a semantic error)."""
     if k < 2:
         return []
     lines = [f'"relation q{i} " KIND " q{j}\\n"' for i in range(1, k + 1) for j in range(1, k + 1) if i != j]
-    rels = " ".join(f"rel{k}" + ("?" if n else "") for n in range(k - 1))
-    return [f"rel{k}: " + " | ".join(lines), f"rels{k}: {rels}"]
+    return [f"rel{k}: " + " | ".join(lines)]
 
 
 def _chain(max_atoms: int, ending: str) -> list[str]:
-    """``start`` and the rules after each atom: the next atom, or relations then ``ending``."""
+    """``start`` and the rules after each atom: the next atom, or a relation line then ``ending``."""
     if max_atoms < 1:
         raise ValueError(f"max_atoms must be at least 1, not {max_atoms}")
     rules = ['start: "q1 = " triple after1']
     for k in range(1, max_atoms + 1):
-        finish = (f"rels{k}? " if k > 1 else "") + ending
+        finish = (f"rel{k}? " if k > 1 else "") + ending
         more = f'"q{k + 1} = " triple after{k + 1} | ' if k < max_atoms else ""
         rules.append(f"after{k}: {more}{finish}")
-        rules += _relations(k)
+        rules += _relation(k)
     return rules
 
 
 def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None) -> str:
-    """The first stage: atoms, relations and the keyword ``answer`` (Lark, also read by llguidance)."""
+    """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance)."""
     return "\n".join([_rules(), *_chain(max_atoms, '"answer"'), constant_terminal(question), ""])
 
 
@@ -146,7 +146,7 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
     atom = len("q = (, , )\n") + digits + 2 * term + _UTF8 * _PREDICATE_CHARS
     relation = len("relation q sibling q\n") + 2 * digits
     answer = len("answer ") + MAX_TARGETS * (_VAR_CHARS + 2)
-    return max_atoms * atom + max(0, max_atoms - 1) * relation + answer
+    return max_atoms * atom + (relation if max_atoms > 1 else 0) + answer
 
 
 def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS) -> Constraint:

@@ -29,12 +29,13 @@ class Embedder(Protocol):
     """Maps texts to L2-normalised float32 vectors, shape ``(len(texts), dim)``.
 
     ``kind`` is ``"query"`` or ``"passage"``; models that want e5-style prefixes add them.
+    ``progress`` asks for a progress bar on long batches (an index build); embedders may ignore it.
     """
 
     name: str
     dim: int
 
-    def encode(self, texts: Sequence[str], *, kind: str = "query") -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], *, kind: str = "query", progress: bool | None = None) -> np.ndarray: ...
 
 
 @runtime_checkable

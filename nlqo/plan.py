@@ -48,16 +48,24 @@ class Tree:
         return self.order
 
     def preorder(self, node: str | None = None, depth: int = 0) -> Iterator[tuple[str, int]]:
-        node = self.root if node is None else node
-        yield node, depth
-        for c in self.children[node]:
-            yield from self.preorder(c, depth + 1)
+        """Nodes with their depth, parents before children (iterative: chains of any length)."""
+        stack = [(self.root if node is None else node, depth)]
+        while stack:
+            current, d = stack.pop()
+            yield current, d
+            stack.extend((c, d + 1) for c in reversed(self.children[current]))
 
     def postorder(self, node: str | None = None) -> Iterator[str]:
-        node = self.root if node is None else node
-        for c in self.children[node]:
-            yield from self.postorder(c)
-        yield node
+        """Nodes children first, in the order a recursive post-order walk gives."""
+        out = [n for n, _ in self._mirrored_preorder(self.root if node is None else node)]
+        return reversed(out)
+
+    def _mirrored_preorder(self, node: str) -> Iterator[tuple[str, int]]:
+        stack = [(node, 0)]
+        while stack:
+            current, d = stack.pop()
+            yield current, d
+            stack.extend((c, d + 1) for c in self.children[current])
 
     @functools.cached_property
     def heights(self) -> Mapping[str, int]:
@@ -99,6 +107,27 @@ class SearchStats:
     """Complete trees scored by the full cost model at the end."""
     merge_checks: int = 0
     merge_rejections: int = 0
+    budget: int = 0
+    """Sub-plan pairs the DP was allowed."""
+    beam: int = 0
+    """Sub-plans the DP kept per frontier."""
+    beam_dropped: int = 0
+    """Sub-plans the beam cut (any cut makes the search inexact)."""
+    exact: bool = False
+    """True when the plan is provably optimal under the cost model: the DP finished within its
+    budget, the beam cut nothing, and every metric of the cost is declared structural."""
+    inexact_because: tuple[str, ...] = ()
+    """Why ``exact`` is false, in words."""
+
+
+@attrs.frozen
+class LeftOut:
+    """An atom of the input that is not in the plan, and why."""
+
+    id: str
+    reason: str
+    text: str = ""
+    """The atom in plain words (it may no longer be in the plan's query)."""
 
 
 @attrs.frozen
@@ -116,11 +145,16 @@ class Plan:
     tree: Tree
     cost: Cost
     stats: SearchStats = SearchStats()
-    left_out: tuple[str, ...] = ()
-    """Atoms no valid tree could include."""
+    left_out: tuple[LeftOut, ...] = ()
+    """Atoms of the input that are not in the tree, each with its reason (dropped by a rewrite
+    rule, merged into another atom, or in no valid tree)."""
     warnings: tuple[str, ...] = ()
     relations: Mapping[tuple[str, str], str] = attrs.field(factory=dict, eq=False)
     relation_source: Mapping[tuple[str, str], str] = attrs.field(factory=dict, eq=False)
+
+    @property
+    def left_out_ids(self) -> tuple[str, ...]:
+        return tuple(x.id for x in self.left_out)
 
     def atom(self, node: str) -> Atom | None:
         return None if node == ROOT else self.query.atom(node)

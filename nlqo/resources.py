@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from nlqo.errors import ConfigError
 
@@ -28,10 +28,10 @@ def builtin_dir(kind: str) -> Path:
     raise ConfigError(f"nlqo's built-in {kind}/ folder is missing (looked in {_PACKAGE / '_data'} and {_PACKAGE.parent})")
 
 
-def search_path(extra: Sequence[str | Path] = (), env: dict[str, str] | None = None) -> tuple[Path, ...]:
+def search_path(extra: Sequence[str | Path] = (), env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
     """User folders in search order: ``extra`` first, then ``NLQO_PATH``."""
-    env = os.environ if env is None else env
-    from_env = [p for p in env.get("NLQO_PATH", "").split(os.pathsep) if p]
+    variables = os.environ if env is None else env
+    from_env = [p for p in variables.get("NLQO_PATH", "").split(os.pathsep) if p]
     return tuple(Path(p) for p in (*extra, *from_env))
 
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections import Counter
+from pathlib import Path
 
 import lark
 
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Atom, Const, Query, Relation, Var
+from nlqo.pins import check_pins
 from nlqo.resources import builtin_dir
 
 # Bad inputs by what is wrong with them; lark matches a failure to the closest example.
@@ -78,16 +81,31 @@ def _parser() -> lark.Lark:
     return lark.Lark(path.read_text(), parser="lalr", propagate_positions=True, maybe_placeholders=False)
 
 
+def _string(token: lark.Token) -> str:
+    """A STRING token's text; lone surrogate escapes (``\\ud800``) are refused: no output could print them."""
+    text = json.loads(str(token))
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            raise IRSyntaxError(
+                f"string escape \\u{ord(ch):04x} is half of a surrogate pair: write the character itself or both halves",
+                line=token.line or 1,
+                column=token.column or 1,
+                label="unterminated or malformed string (strings are double-quoted, one line, JSON escapes)",
+                text=str(token),
+            )
+    return text
+
+
 class _ToIR(lark.Transformer):
     def var(self, items):
         return Var(str(items[0])[1:])
 
     def const(self, items):
-        return Const(json.loads(str(items[0])))
+        return Const(_string(items[0]))
 
     @lark.v_args(meta=True)
     def question(self, meta, items):
-        return ("question", meta.line, json.loads(str(items[0])))
+        return ("question", meta.line, _string(items[0]))
 
     @lark.v_args(meta=True)
     def atom(self, meta, items):
@@ -112,11 +130,59 @@ def parse(text: str, *, source: str = "<ir>") -> Query:
     Raises :class:`IRSyntaxError` (with line, column and a readable label) or
     :class:`IRSemanticError`.
     """
+    if not text.strip():
+        raise IRSemanticError("empty IR: write at least one atom line and an answer line", source=source)
     try:
         tree = _parser().parse(text)
     except lark.UnexpectedInput as exc:
         raise _syntax_error(exc, text, source) from None
-    return _build(_ToIR().transform(tree), source)
+    try:
+        statements = _ToIR().transform(tree)
+    except lark.exceptions.VisitError as exc:
+        if isinstance(exc.orig_exc, IRSyntaxError):
+            e = exc.orig_exc
+            shown = _lines(text)[e.line - 1] if 0 < e.line <= len(_lines(text)) else ""
+            raise IRSyntaxError(e.args[0].split(": ", 1)[1], line=e.line, column=e.column, label=e.label, text=shown, source=source) from None
+        raise
+    return _build(statements, source)
+
+
+def read(path: str | os.PathLike[str], *, source: str | None = None) -> Query:
+    """Parse an IR file. Whatever the file holds, the result is a :class:`Query` or an IR error
+    naming the file (and the line and column where there is one): empty files, bytes that are not
+    UTF-8 and binary files included."""
+    data = Path(path).read_bytes()
+    return parse_bytes(data, source=source or str(path))
+
+
+def parse_bytes(data: bytes, *, source: str = "<ir>") -> Query:
+    """:func:`parse` for raw bytes, which must be UTF-8 text (a BOM is allowed).
+
+    >>> parse_bytes(b'q1 = (?x, "p", "\\xff")\\nanswer ?x')
+    Traceback (most recent call last):
+    ...
+    nlqo.errors.IRSyntaxError: <ir>:1:17: not UTF-8 text (byte 0xff); save the file as UTF-8
+      q1 = (?x, "p", "
+                      ^
+    """
+    if b"\x00" in data:
+        line = data.count(b"\n", 0, data.index(b"\x00")) + 1
+        column = data.index(b"\x00") - (data.rfind(b"\n", 0, data.index(b"\x00")) + 1) + 1
+        raise IRSyntaxError("a NUL byte: this is a binary file, not IR text", line=line, column=column, label="binary file", text="", source=source)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        good = data[: exc.start].decode("utf-8", errors="replace")
+        line = good.count("\n") + 1
+        shown = good.rsplit("\n", 1)[-1]
+        message = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8\n  {shown}\n  {' ' * len(shown)}^"
+        raise IRSyntaxError(message, line=line, column=len(shown) + 1, label="not UTF-8 text", text=shown, source=source) from None
+    return parse(text, source=source)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as the grammar counts them (only ``\\n`` ends a line)."""
+    return text.split("\n")
 
 
 def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntaxError:
@@ -128,10 +194,10 @@ def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntax
     line = getattr(exc, "line", None) or 1
     column = getattr(exc, "column", None) or 1
     if line < 0:  # end of input
-        lines = text.splitlines() or [""]
+        lines = _lines(text.rstrip("\n")) or [""]
         line, column = len(lines), len(lines[-1]) + 1
-    lines = text.splitlines()
-    shown = lines[line - 1] if 0 < line <= len(lines) else ""
+    lines = _lines(text)
+    shown = lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
     caret = " " * (max(column, 1) - 1) + "^"
     message = f"{label}\n  {shown}\n  {caret}"
     return IRSyntaxError(message, line=line, column=column, label=label, text=shown, source=source)
@@ -140,7 +206,7 @@ def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntax
 def _classify_line(text: str, line: int) -> str | None:
     """Label an error by parsing its line alone: lark's example matching depends on the parser
     stack, which is only comparable from the start of a statement."""
-    lines = text.splitlines()
+    lines = _lines(text)
     if not 0 < line <= len(lines):
         return None
     try:
@@ -181,6 +247,7 @@ def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
                 raise IRSemanticError(f"relation names unknown atom {ref!r} (atoms: {', '.join(sorted(ids))})", line=line, source=source)
         if r.left == r.right:
             raise IRSemanticError(f"relation of atom {r.left!r} with itself", line=line, source=source)
+    check_pins([r for _, r in relations], lines=[line for line, _ in relations], source=source)
     if answer is None:
         raise IRSemanticError("no answer statement: add 'answer ?variable' or 'answer ATOM_ID'", source=source)
     line, targets = answer

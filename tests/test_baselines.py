@@ -11,6 +11,7 @@ import pytest
 
 from nlqo.errors import ConfigError
 from nlqo.execute.trace import Trace
+from nlqo.llm.base import Capabilities
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
 from nlqo.strategies import STRATEGIES, Named, build_strategy, parse_spec, spec_name, split_specs
@@ -201,7 +202,7 @@ def test_registry_builds_baselines_and_variants():
 def test_planned_strategies_come_from_the_executor_module(monkeypatch):
     built = {}
 
-    def linear(llm, retriever, *, embedder, k, **options):
+    def linear(llm, retriever, *, embedder, k, config=None, **options):
         built.update(options, k=k, embedder=embedder)
         return NoRag(llm)
 
@@ -225,6 +226,8 @@ def test_baselines_ask_the_backend_to_reuse_its_prefix_cache():
     """Like the engine's calls, so every strategy gets the same backend features."""
 
     class PrefixLLM(ScriptedLLM):
+        capabilities = Capabilities(prefix_cache=True)
+
         def __init__(self):
             super().__init__([], default=lambda prompt: " So the answer is: Paris.")
             self.flags = []
@@ -244,13 +247,19 @@ def test_baselines_ask_the_backend_to_reuse_its_prefix_cache():
         assert llm.calls and llm.flags == [True] * len(llm.calls), name
 
 
-def test_each_strategy_of_a_bench_gets_its_own_fork_of_a_local_backend():
-    from nlqo.cli.bench import own_backend
+def test_each_strategy_of_a_bench_gets_its_own_fork_of_a_backend_that_declares_forks():
+    from nlqo.llm.base import forked
 
     class Forkable:
+        capabilities = Capabilities(fork=True)
+
         def fork(self):
             return Forkable()
 
-    llm, plain = Forkable(), ScriptedLLM([])
-    assert own_backend(llm) is not llm and isinstance(own_backend(llm), Forkable)
-    assert own_backend(plain) is plain
+    class Undeclared:  # has the method, declares nothing: not forked
+        def fork(self):
+            raise AssertionError("fork() of a backend that does not declare it")
+
+    llm, plain, undeclared = Forkable(), ScriptedLLM([]), Undeclared()
+    assert forked(llm) is not llm and isinstance(forked(llm), Forkable)
+    assert forked(plain) is plain and forked(undeclared) is undeclared

@@ -6,7 +6,6 @@ import itertools
 import json
 import os
 import re
-from pathlib import Path
 
 import attrs
 import pytest
@@ -291,10 +290,10 @@ def test_engine_options_reach_the_engine_of_a_variant():
     specs = expand_ablations("tree", {"ir_cleanup": "off,on", "plan_hints": "off"})
     assert specs == ["tree[ir_cleanup=off,plan_hints=off]", "tree[ir_cleanup=on,plan_hints=off]"]
     built = [build_strategy(spec, llm, retriever, embedder=HashEmbedder()) for spec in specs]
-    assert [(s.name, s.inner.engine.ir_cleanup, s.inner.engine.plan_hints) for s in built] == [
+    assert [(s.name, s.inner.engine.config.ir_cleanup, s.inner.engine.config.plan_hints) for s in built] == [
         (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
     plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
-    assert (plain.ir_cleanup, plain.plan_hints, plain.tree.guard_rewrites) == (False, True, False)  # the benchmark runs' defaults
+    assert (plain.config.ir_cleanup, plain.config.plan_hints, plain.tree.guard_rewrites) == (False, True, False)  # the benchmark runs' defaults
     guarded = build_strategy("tree[guard_rewrites=on]", llm, retriever, embedder=HashEmbedder())
     assert guarded.inner.engine.tree.guard_rewrites is True
 

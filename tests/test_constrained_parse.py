@@ -17,7 +17,7 @@ from nlqo.execute.trace import RunResult, Step
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.ir_grammar import ir_constraint, max_reply_bytes, whole_grammar
 from nlqo.llm import ScriptedLLM
-from nlqo.llm.base import ChatMessage, Usage
+from nlqo.llm.base import Capabilities, ChatMessage, Usage
 from nlqo.llm.cache import CachedLLM
 from nlqo.llm.constrain import ConstrainedCompletion, can_constrain, choice, constrained_chat, enforced
 from nlqo.llm.gbnf import to_gbnf
@@ -33,7 +33,7 @@ class Grammared:
     """A backend that applies constraints: it serves scripted replies and records what it was asked."""
 
     name = "grammared"
-    constrains = "tokens"
+    capabilities = Capabilities(constraint="tokens")
 
     def __init__(self, *replies: str):
         self.replies = list(replies)

@@ -35,15 +35,9 @@ def index(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(index):
-    import argparse
+    from nlqo import Engine, EngineConfig
 
-    from nlqo.cli import common
-
-    args = argparse.Namespace(
-        index=index, model="smollm2-135m", k=2, mode="hybrid", tau=0.85, max_hops=3,
-        no_kv_reuse=False, sequential=False, workers=None, quiet=True, cost_model="default", path=[],
-    )
-    return common.build_engine(args)
+    return Engine.from_config(EngineConfig(index=index, model="smollm2-135m", k=2, max_hops=3, measure_costs=False))
 
 
 def test_ask_linear_json_on_the_real_model(index, capsys):

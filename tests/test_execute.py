@@ -12,6 +12,7 @@ import pytest
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from nlqo.config import EngineConfig
 from nlqo.cost import load_cost_model
 from nlqo.execute.engine import Engine
 from nlqo.execute.linear import LinearExecutor
@@ -23,7 +24,8 @@ from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
 from nlqo.prompts.execution import LINEAR
 from nlqo.syntax import parse
-from strategies import plan_with, queries
+from nlqo.testing.strategies import plan as plan_with
+from nlqo.testing.strategies import queries
 
 OLDER = parse(
     'question "Who was born first, Ada Lovelace or Charles Babbage?"\n'
@@ -203,7 +205,7 @@ profiles = st.builds(
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(queries(max_atoms=6), st.integers(0, 3), profiles)
 def test_lowering_picks_the_cheaper_estimate_and_more_concurrency_never_slows_the_tree(query, seed, profile):
-    plan = plan_with(query, seed)
+    plan = plan_with(query, seed=seed)
     physical = lower(plan, profile)
     ms = {op: e.ms for op, e in physical.estimates.items()}
     assert ms[physical.operator] == min(ms.values())
@@ -228,7 +230,7 @@ def test_engine_auto_plans_lowers_and_runs():
 
     llm = ScriptedLLM([("", reply)])
     # costed as a local backend with KV reuse: the chain goes to the linear template
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.physical.operator == "linear"
     assert result.plan is not None and dict(result.plan.tree.parent) == {"q1": "q2", "q2": ROOT}
@@ -236,7 +238,7 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
-    plain = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, profile=BackendProfile(), plan_hints=False)
+    plain = Engine.from_config(EngineConfig(kv_reuse=False, plan_hints=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     unhinted = plain.ask("In which city was the director of Jaws born?", strategy="auto")
     assert unhinted.physical.operator == "linear" and unhinted.physical.hints  # the plan still has them ...
     assert "Plan step" not in llm.calls[-1]  # ... but the template is not shown them
@@ -246,17 +248,19 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
     from nlqo.cli import common, main
 
     llm = ScriptedLLM([("", "I cannot write that.")])
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False)
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     monkeypatch.setattr(common, "build_engine", lambda args: engine)
     code = main(["explain", "zzz", "--index", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "could not be parsed into a plan" in err and "--ir FILE" in err and "I cannot write that." not in err or "no atoms" in err
+    assert "could not be parsed into a plan" in err and "--ir FILE" in err
+    assert "I cannot write that." not in err  # the replies are not dumped, only the last error
+    assert "the last error: <llm>: empty IR" in err
 
 
 def test_ask_falls_back_to_the_template_when_parsing_fails():
     llm = ScriptedLLM([("nlqo IR", "nonsense"), ("Question:$", " who?"), ("", " Cincinnati")])
-    engine = Engine.create(llm, KeywordRetriever(PASSAGES), HashEmbedder(), kv_reuse=False, max_hops=2)
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.stop_reason.startswith("parse_failed; ")
     assert result.answer == "Cincinnati" and result.plan is None
@@ -320,3 +324,42 @@ def test_the_bench_auto_strategy_lowers_on_measured_costs_and_the_others_do_not_
     built = {name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder()) for name in ("auto", "tree")}
     assert built["auto"].engine.profile.source == "measured" and built["auto"].engine.profile.decode_ms_per_token == pytest.approx(90.0)
     assert built["tree"].engine.profile.source == "assumed"
+
+
+class BatchingLLM(TimedLLM):
+    """A TimedLLM that reports what batching would do: the probe sends prompts numbered 1..n
+    together, and request number i reports ``i / gain(i)`` times its solo time (gain 1: requests
+    sent together take as long as one after another; gain n: they cost one request)."""
+
+    def __init__(self, gain):
+        super().__init__()
+        self.gain = gain
+
+    def complete(self, prompt, *, stop=(), max_tokens=256):
+        import re
+
+        out = super().complete(prompt, stop=stop, max_tokens=max_tokens)
+        found = re.search(r"\((\d+)\)", prompt)
+        if found is None:
+            return out
+        i = int(found.group(1))
+        return attrs.evolve(out, usage=attrs.evolve(out.usage, wall_ms=out.usage.wall_ms * i / self.gain(i)))
+
+
+@pytest.mark.parametrize("gain, tree_wins", [(lambda n: 1.0, False), (lambda n: float(n), True)])
+def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_nodes(gain, tree_wins):
+    from nlqo.execute.lower import measure_batch_speedup, measure_profile
+
+    speedup = measure_batch_speedup(BatchingLLM(gain), 4)
+    assert len(speedup) == 4 and speedup[0] == 1.0
+    assert speedup == pytest.approx(tuple(gain(n) for n in (1, 2, 3, 4)))
+    profile = measure_profile(BatchingLLM(gain), BackendProfile(concurrency=4, kv_reuse=False))
+    plan = structural_plan(OLDER)
+    widest = max(len(w) for w in plan.tree.levels())
+    solo = attrs.evolve(profile, concurrency=1, batch_speedup=())
+    ratio = lower(plan, profile).estimates["tree"].ms / lower(plan, solo).estimates["tree"].ms
+    assert widest >= 2
+    if tree_wins:
+        assert ratio < 1.0 and "measured batch throughput 1:1.00x 2:2.00x" in lower(plan, profile).reason
+    else:
+        assert ratio == pytest.approx(1.0)  # no gain measured: a wave costs what its nodes cost one by one

@@ -23,6 +23,7 @@ from fakes import HashEmbedder
 from nlqo import explain, explain_html
 from nlqo.cli import common, main
 from nlqo.cost import CostContext, load_cost_model
+from nlqo.config import EngineConfig
 from nlqo.execute.engine import Engine
 from nlqo.index import build_index, open_retriever
 from nlqo.llm import ScriptedLLM
@@ -113,7 +114,8 @@ def explain_page(tmp_path, monkeypatch, llm, *, passages=PASSAGES, ir: str | Non
     index = tmp_path / "index"
     build_index(passages, index, HashEmbedder())
     retriever = open_retriever(index, "dense", embedder=HashEmbedder())
-    built = Engine.create(llm, retriever, HashEmbedder(), kv_reuse=False, k=len(passages), **engine)
+    config = EngineConfig(model="scripted", kv_reuse=False, k=len(passages), measure_costs=False, **engine)
+    built = Engine.from_config(config, llm=llm, retriever=retriever, embedder=HashEmbedder())
     monkeypatch.setattr(common, "build_engine", lambda args: built)
     ir_file = tmp_path / "question.nlqo"
     ir_file.write_text(ir or OLDER.read_text())

@@ -61,7 +61,9 @@ class HashEmbedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         return out / np.where(norms == 0, 1.0, norms)
 '''
-exec(FAKE_EMBEDDER)  # defines HashEmbedder, shared with the subprocess below
+_namespace: dict = {}
+exec(FAKE_EMBEDDER, _namespace)  # the same source runs in the subprocess below
+HashEmbedder = _namespace["HashEmbedder"]
 
 
 def write_corpus(path: Path, passages=CORPUS) -> Path:

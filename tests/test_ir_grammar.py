@@ -138,6 +138,7 @@ def test_atom_ids_are_in_order_and_bounded_and_relations_name_written_atoms():
         'q1 = (?a, "p", "o")\nq2 = (?a, "p", ?b)\nq3 = (?b, "p", ?c)\nanswer',  # at most two here
         'q1 = (?a, "p", "o")\nrelation q1 parent q2\nanswer',  # q2 was not written
         'q1 = (?a, "p", "o")\nq2 = (?a, "p", ?b)\nrelation q1 none q1\nanswer',  # an atom with itself
+        'q1 = (?a, "p", "o")\nq2 = (?a, "p", ?b)\nrelation q1 none q2\nrelation q1 parent q2\nanswer',  # one pin at most
         'q1 = (?a, ?p, "o")\nanswer',  # the predicate is a string
         'q1 = (?a, "p", "o")\nanswer ?a',  # the answer line is the second stage
     ):

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nlqo.errors import LLMError
-from nlqo.llm.base import LLM, ChatMessage, Usage
+from nlqo.llm.base import LLM, Capabilities, ChatMessage, Usage
 from nlqo.llm.cache import CachedLLM, is_cache_hit, request_key, with_cache
 from nlqo.llm.openai_compat import OpenAICompatLLM
 from nlqo.llm.scripted import ScriptedLLM
@@ -241,6 +241,8 @@ def test_concurrent_threads_race_on_one_key(tmp_path):
 
 class PrefixLLM(ScriptedLLM):
     """A scripted backend that records whether it was asked to reuse its prefix KV cache, and forks."""
+
+    capabilities = Capabilities(prefix_cache=True, fork=True)
 
     def __init__(self, forks: list | None = None) -> None:
         super().__init__([], default=echo)

@@ -50,3 +50,10 @@ def test_the_test_setup_installs_chromium_for_the_page_tests_and_tolerates_failu
     assert plan.returncode == 0, plan.stderr
     line = next(line for line in plan.stdout.splitlines() if "chromium" in line)
     assert "apt-get install -y -qq chromium chromium-driver" in line and "browser tests will be skipped" in line
+
+
+def test_make_test_runs_ruff_and_mypy_before_pytest():
+    plan = dry_run("test")
+    assert plan.returncode == 0, plan.stderr
+    steps = [line for line in plan.stdout.splitlines() if "-m ruff" in line or "-m mypy" in line or "-m pytest" in line]
+    assert [s.split(" -m ")[1].split()[0] for s in steps] == ["ruff", "mypy", "pytest"]

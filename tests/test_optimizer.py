@@ -1,85 +1,98 @@
-import attrs
+"""The optimizer against the brute-force oracle, its invariants, pins, limits and fallbacks."""
+
+import time
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nlqo.cost import CostContext, load_cost_model
+from nlqo.cli import main
+from nlqo.cost import load_cost_model
+from nlqo.cost.model import CostModel
+from nlqo.errors import IRSemanticError, LimitError
 from nlqo.optimizer import Optimizer
-from nlqo.optimizer.exhaustive import all_trees
-from nlqo.optimizer.graph import join_graph
-from nlqo.plan import ROOT, Tree
+from nlqo.plan import ROOT
 from nlqo.relations import RelationCache, resolve
 from nlqo.syntax import parse
-from strategies import asker, plan_with, queries
+from nlqo.testing import check_cost_deterministic, check_plan, cheapest
+from nlqo.testing.strategies import chain, comparisons, cost_models, plan, queries, star
 
 STRUCTURAL = load_cost_model("structural")
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-
-def brute_force(plan):
-    """Minimum structural cost over every valid tree of the plan's relations, and the best coverage."""
-    q = plan.query
-    graph = join_graph(q, plan.relations)
-    ctx = CostContext(q, plan.relations)
-    best_cover, best_cost = -1, None
-    for mask in range(1 << len(q.atoms)):
-        atoms_mask = mask << 1
-        cover = bin(mask).count("1")
-        if cover < best_cover:
-            continue
-        for parent in all_trees(graph, atoms_mask):
-            tree = Tree.build(ROOT, {graph.ids[c]: graph.ids[p] for c, p in parent.items()}, graph.ids)
-            cost = STRUCTURAL.evaluate(tree, ctx).total
-            if cover > best_cover or cost < best_cost:
-                best_cover, best_cost = cover, cost
-    return best_cover, best_cost
-
-
 @SETTINGS
 @given(queries(max_atoms=6), st.integers(0, 3))
 def test_dp_matches_brute_force_on_the_structural_model(query, seed):
-    plan = plan_with(query, seed)
-    cover, cost = brute_force(plan)
-    assert len(plan.query.atoms) - len(plan.left_out) == cover
-    assert plan.cost.total == pytest.approx(cost)
+    p = plan(query, seed=seed)
+    best = cheapest(p, STRUCTURAL)
+    assert p.stats.exact
+    assert len(p.query.atoms) - len(p.left_out) == best.cover
+    assert p.cost.total == pytest.approx(best.cost)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queries(max_atoms=6), cost_models(), st.integers(0, 3))
+def test_an_exact_plan_is_the_cheapest_under_any_structural_cost_model(query, model, seed):
+    """Chains or bushy trees, abs() and max() terms: the DP prunes in the directions the model
+    declares, so every plan it calls exact is the brute-force optimum."""
+    p = plan(query, cost_model=model, seed=seed)
+    assert p.stats.exact, p.stats.inexact_because
+    best = cheapest(p, model)
+    assert (len(p.query.atoms) - len(p.left_out), p.cost.total) == (best.cover, pytest.approx(best.cost))
 
 
 @SETTINGS
-@given(queries(max_atoms=7), st.integers(0, 3))
-def test_every_plan_is_an_acyclic_tree_over_its_atoms_with_allowed_edges(query, seed):
-    plan = plan_with(query, seed)
-    parent = dict(plan.tree.parent)
-    assert len(parent) == len(plan.tree.parent)  # no atom twice
-    for node in parent:
-        seen = set()
-        while node != ROOT:
-            assert node not in seen
-            seen.add(node)
-            node = parent[node]
-    assert set(parent) | set(plan.left_out) == set(plan.query.ids)
-    graph = join_graph(plan.query, plan.relations)
-    for child, par in plan.tree.parent:
-        if par == ROOT:
-            assert graph.may_attach(ROOT, child)
-        else:
-            assert plan.relations.get((par, child)) == "parent" or plan.relations.get((child, par)) == "child"
+@given(queries(max_atoms=7), cost_models(), st.integers(0, 3))
+def test_every_plan_keeps_the_invariants_and_a_deterministic_cost(query, model, seed):
+    p = check_plan(plan(query, cost_model=model, seed=seed), source=query)
+    check_cost_deterministic(model, p, seed=seed)
 
 
 @SETTINGS
 @given(queries(max_atoms=6), st.integers(0, 3))
 def test_same_input_same_plan(query, seed):
-    assert plan_with(query, seed).tree == plan_with(query, seed).tree
+    assert plan(query, seed=seed).tree == plan(query, seed=seed).tree
 
 
 @SETTINGS
-@given(queries(max_atoms=6), st.integers(0, 3))
-def test_greedy_fallback_gives_a_valid_plan_and_says_so(query, seed):
-    exact = plan_with(query, seed)
-    plan = plan_with(query, seed, budget=0)
-    assert plan.stats.fallback and plan.stats.method == "greedy"
-    assert any("greedy" in w for w in plan.warnings)
-    assert plan.cost.total >= exact.cost.total - 1e-9 or len(plan.left_out) < len(exact.left_out)
+@given(queries(max_atoms=6), cost_models(), st.integers(0, 3))
+def test_greedy_fallback_gives_a_valid_plan_no_better_than_the_exact_one_and_says_so(query, model, seed):
+    exact = plan(query, cost_model=model, seed=seed)
+    p = check_plan(plan(query, cost_model=model, seed=seed, budget=0), source=query)
+    assert p.stats.fallback and p.stats.method == "greedy" and not p.stats.exact
+    assert any("greedy" in w for w in p.warnings)
+    assert p.left_out_ids == exact.left_out_ids  # greedy attaches everything the root reaches
+    assert p.cost.total >= exact.cost.total - 1e-9
+
+
+def test_a_narrow_beam_is_reported_and_makes_the_plan_inexact():
+    q = parse('q1 = (?a, "p", ?b)\nq2 = (?a, "q", ?c)\nq3 = (?a, "r", ?d)\nq4 = (?a, "s", ?e)\nq5 = (?a, "t", ?f)\nanswer ?a')
+    wide = Optimizer(cost_model=STRUCTURAL, llm=None, rules=()).optimize(q)
+    narrow = Optimizer(cost_model=STRUCTURAL, beam=1, rules=(), llm=None).optimize(
+        parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?b, "r", ?d)\nq4 = (?c, "s", ?e)\nq5 = (?d, "t", ?c)\nanswer ?a')
+    )
+    assert wide.stats.exact and wide.stats.beam_dropped == 0 and (wide.stats.beam, wide.stats.budget) == (32, 50_000)
+    assert narrow.stats.beam_dropped > 0 and not narrow.stats.exact
+    assert any("beam" in why for why in narrow.stats.inexact_because)
+
+
+def test_a_semantic_metric_makes_the_search_inexact_and_says_why():
+    import numpy as np
+
+    class Words:
+        name, dim = "words", 4
+
+        def encode(self, texts, *, kind="query"):
+            vocab = ["director", "born", "jaws", "city"]
+            out = np.array([[t.lower().count(w) for w in vocab] for t in texts], dtype="float32") + 1e-6
+            return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+    q = parse('question "director born city"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city')
+    p = Optimizer(cost_model=load_cost_model("default"), embedder=Words()).optimize(q)
+    assert set(p.cost.terms) == {"depth", "edges", "imbalance", "size", "similarity"}
+    assert 0 < p.cost.terms["similarity"] <= 1
+    assert not p.stats.exact and p.stats.inexact_because == ("the search cannot prune on similarity (not declared structural)",)
 
 
 def test_relation_cache_cold_and_warm_give_the_same_plan(tmp_path):
@@ -117,49 +130,119 @@ def test_a_comparison_plans_both_sides_under_the_root():
         'question "Which film came out first, Jaws or Alien?"\n'
         'q1 = ("Jaws", "released in", ?year1)\nq2 = ("Alien", "released in", ?year2)\nanswer ?year1, ?year2'
     )
-    plan = Optimizer(cost_model=STRUCTURAL).optimize(q)
-    assert dict(plan.tree.parent) == {"q1": ROOT, "q2": ROOT} and plan.left_out == ()
-    assert plan.label(ROOT) == "Answer ?year1, ?year2: Which film came out first, Jaws or Alien?"
+    p = Optimizer(cost_model=STRUCTURAL).optimize(q)
+    assert dict(p.tree.parent) == {"q1": ROOT, "q2": ROOT} and p.left_out == ()
+    assert p.label(ROOT) == "Answer ?year1, ?year2: Which film came out first, Jaws or Alien?"
 
 
-def test_largest_joinable_set_is_planned_and_the_rest_reported():
-    q = parse(
-        'q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", "y")\n'
-        "relation q2 none q3\nanswer ?a"
-    )
-    plan = Optimizer(cost_model=STRUCTURAL).optimize(q)
-    assert plan.left_out == ("q3",)
-    assert any("q3" in w for w in plan.warnings)
+COMPARISON = (
+    'question "Which film came out first, Jaws or Alien?"\n'
+    'q1 = ("Jaws", "released in", ?year1)\n'
+    'q2 = ("Alien", "released in", ?year2)\n'
+    'cmp = (?first, "came out before", ?other)\n'
+    "relation cmp parent q1\n"
+    "relation cmp parent q2\n"
+    "answer ?first\n"
+)
+
+
+def test_branches_that_meet_only_through_pins_are_kept_under_their_pinned_parent():
+    p = check_plan(Optimizer(cost_model=STRUCTURAL).optimize(parse(COMPARISON)))
+    assert dict(p.tree.parent) == {"q1": "cmp", "q2": "cmp", "cmp": ROOT}
+    assert p.left_out == () and not p.warnings
+
+
+@settings(max_examples=40, deadline=None)
+@given(comparisons(), cost_models())
+def test_pins_are_respected_whatever_the_cost_model_prefers(query, model):
+    p = check_plan(plan(query, cost_model=model, seed=None), source=query)
+    assert p.left_out == ()
+    assert {c for c, par in p.tree.parent if par == "cmp"} >= {"a1", "b1"}
+
+
+def test_plan_keeps_every_atom_of_a_comparison_joined_by_pins(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "cmp.nlqo"
+    f.write_text(COMPARISON)
+    assert main(["plan", str(f), "--cost-model", "structural", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["stats"]["left_out"] == [] and data["warnings"] == []
+    assert {n["id"]: n["children"] for n in data["nodes"]}["cmp"] == ["q1", "q2"]
+
+
+def test_contradictory_pins_exit_non_zero_naming_both_lines_and_the_cycle(tmp_path, capsys):
+    f = tmp_path / "bad.nlqo"
+    f.write_text('q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\n\nrelation q1 parent q2\nrelation q2 parent q1\nanswer ?a\n')
+    assert main(["plan", str(f), "--cost-model", "structural"]) == 2
+    err = capsys.readouterr().err
+    assert f"{f}:4: contradictory pins on lines 4 and 5: parent pins make a cycle q1 -> q2 -> q1" in err
+
+
+@pytest.mark.parametrize(
+    "pins, message",
+    [
+        ("relation q1 parent q2\nrelation q2 parent q3\nrelation q3 parent q1", "lines 4, 5 and 6: parent pins make a cycle q1 -> q2 -> q3 -> q1"),
+        ("relation q1 parent q3\nrelation q2 parent q3", "lines 4 and 5: q3 is pinned under both q1 and q2"),
+        ("relation q1 parent q2\nrelation q2 sibling q1", "lines 4 and 5: q1 parent q2 and q2 sibling q1 cannot both hold"),
+    ],
+)
+def test_every_kind_of_pin_contradiction_is_located(pins, message):
+    with pytest.raises(IRSemanticError, match=message) as info:
+        parse(f'q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?c, "r", "x")\n{pins}\nanswer ?a')
+    assert info.value.line == 4 and len(info.value.lines) >= 2
+
+
+def test_pins_a_rewrite_rule_makes_contradictory_are_refused():
+    from nlqo.ir import Atom, Const, Query, Relation, Var
+
+    q = Query(atoms=(Atom("q1", Var("a"), Const("p"), Var("b")), Atom("q2", Var("b"), Const("q"), Var("c"))), answer=Var("a"),
+              relations=(Relation("q1", "parent", "q2"), Relation("q2", "parent", "q1")))  # fmt: skip
+    with pytest.raises(IRSemanticError, match="cycle q1 -> q2 -> q1"):
+        Optimizer(cost_model=STRUCTURAL).optimize(q)
+
+
+def test_every_dropped_atom_is_left_out_with_its_reason(tmp_path, capsys):
+    import json
+
+    f = tmp_path / "q.nlqo"
+    f.write_text('q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", "y")\nq4 = (?z, "t", "w")\n'
+                 'q5 = (?a, "P", "X")\nrelation q2 none q3\nanswer ?a\n')  # fmt: skip
+    assert main(["plan", str(f), "--cost-model", "structural", "--format", "json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    reasons = {x["id"]: x["reason"] for x in data["stats"]["left_out"]}
+    assert set(reasons) == {"q3", "q4", "q5"}
+    assert reasons["q4"] == "no path to the answer through shared variables or pinned relations"
+    assert reasons["q5"] == "merged into q1 (the same triple)"
+    assert reasons["q3"].startswith("no valid tree includes it")
+    assert any("q4" in w for w in data["warnings"]) and any("q3" in w for w in data["warnings"])
+    assert main(["plan", str(f), "--cost-model", "structural"]) == 0
+    text = capsys.readouterr().out
+    assert "Left out: q4 (?z t w): no path to the answer" in text and "Warning: no valid tree includes q3" in text
+
+
+@pytest.mark.parametrize("shape", [chain, star])
+def test_500_atom_chains_and_stars_plan_within_the_budget_with_the_fallback(shape):
+    started = time.perf_counter()
+    p = check_plan(Optimizer(cost_model=STRUCTURAL, rules=()).optimize(shape(500)))
+    assert p.stats.fallback and p.stats.method == "greedy" and p.stats.pairs <= p.stats.budget
+    assert p.left_out == () and len(p.tree.parent) == 500
+    assert time.perf_counter() - started < 60
+    if shape is chain:
+        assert p.cost.terms["depth"] == 500  # the only tree a chain allows
+
+
+def test_more_atoms_than_the_limit_is_a_clear_error():
+    with pytest.raises(LimitError, match="1001 atoms, more than the optimizer plans \\(1000; raise it with --max-atoms"):
+        Optimizer(cost_model=STRUCTURAL).optimize(star(1001))
 
 
 def test_context_merge_rejection_replans_without_the_edge():
     from nlqo.llm import ScriptedLLM
 
-    q = parse(
-        'question "Q?"\nq1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nq3 = (?a, "s", "z")\n'
-        "answer ?a"
-    )
-    from nlqo.cost.model import CostModel
-
+    q = parse('question "Q?"\nq1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nq3 = (?a, "s", "z")\nanswer ?a')
     llm = ScriptedLLM([("Relation of A", "parent"), ("Sensible", "no")])
     deep = CostModel.parse("cost = -depth")  # prefers the chain the merge check will refuse
-    plan = Optimizer(cost_model=deep, llm=llm, context_merge=True, max_merge_rounds=5).optimize(q)
-    assert plan.stats.merge_rejections >= 1
-    assert all(par == ROOT for _, par in plan.tree.parent)
-
-
-def test_the_default_model_uses_similarity_to_choose(tmp_path):
-    import numpy as np
-
-    class Words:
-        name, dim = "words", 4
-
-        def encode(self, texts, *, kind="query"):
-            vocab = ["director", "born", "jaws", "city"]
-            out = np.array([[t.lower().count(w) for w in vocab] for t in texts], dtype="float32") + 1e-6
-            return out / np.linalg.norm(out, axis=1, keepdims=True)
-
-    q = parse('question "director born city"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city')
-    plan = Optimizer(cost_model=load_cost_model("default"), embedder=Words()).optimize(q)
-    assert set(plan.cost.terms) == {"depth", "edges", "imbalance", "size", "similarity"}
-    assert 0 < plan.cost.terms["similarity"] <= 1
+    p = Optimizer(cost_model=deep, llm=llm, context_merge=True, max_merge_rounds=5).optimize(q)
+    assert p.stats.merge_rejections >= 1
+    assert all(par == ROOT for _, par in p.tree.parent)

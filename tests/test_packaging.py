@@ -48,3 +48,27 @@ def test_installed_wheel_finds_its_definitions(wheel, tmp_path):
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True).stdout.splitlines()
     assert out[0] == str(target / "nlqo" / "_data" / "grammar")
     assert out[1:] == ["q1", "depth + imbalance - size - edges"]
+
+
+def test_nlqo_testing_works_from_an_installed_wheel(wheel, tmp_path):
+    """Users property-test their own rules with it, outside a checkout: the strategies, checkers,
+    oracle, fixture runner and fakes all come from the wheel."""
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    code = (
+        "import nlqo.testing as t, nlqo.testing.strategies as s\n"
+        "from hypothesis import given, settings\n"
+        "@settings(max_examples=10, deadline=None)\n"
+        "@given(s.plans(cost_models=s.cost_models()))\n"
+        "def check(p):\n"
+        "    t.check_plan(p)\n"
+        "    assert t.cheapest(p, p.stats and __import__('nlqo.cost', fromlist=['x']).load_cost_model('structural')).cover >= 0\n"
+        "check()\n"
+        "print(t.__file__)\n"
+        "print(t.ScriptedLLM([('x', 'y')]).complete('x').text, type(t.HashEmbedder()).__name__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = out.stdout.splitlines()
+    assert lines[0] == str(target / "nlqo" / "testing" / "__init__.py")
+    assert lines[1] == "y HashEmbedder"

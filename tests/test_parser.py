@@ -19,7 +19,7 @@ def test_valid_output_is_parsed_normalised_and_deduplicated():
     assert q.atoms[0].subject == Var("director")
     assert q.answer == (Var("city"),)
     assert result.attempts == 1
-    assert result.warnings == ("merged duplicate atom q3 into q1",)
+    assert result.warnings == ("merged into q1 (the same triple): q3 (?director directed Jaws)",)
     assert result.usage.calls == 1
 
 
@@ -40,7 +40,7 @@ def test_gives_up_after_the_repair_budget_and_shows_every_attempt():
     assert len(llm.calls) == 3
     err = info.value
     assert err.attempts == ("I cannot do that.", "Still no.", "No IR here.")
-    assert "no atoms" in err.errors[0]
+    assert "empty IR" in err.errors[0]
     assert "No IR here." in str(err) and "attempt 3" in str(err) and "in 3 attempts" in str(err)
 
 

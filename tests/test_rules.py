@@ -7,35 +7,23 @@ from pathlib import Path
 
 import pytest
 
-from nlqo.rewrite import Program, load_rule, load_rules, rewrite
+from nlqo.rewrite import load_rule, load_rules, rewrite
 from nlqo.syntax import parse, render
+from nlqo.testing import check_rule_file, rule_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 
 
-def cases(rule: str):
-    text = (FIXTURES / f"{rule}.nlqo").read_text()
-    for block in text.split("# title: ")[1:]:
-        title, _, body = block.partition("\n")
-        given, _, expected = body.partition("# expect:\n")
-        warnings = tuple(line[len("# warning: ") :] for line in expected.splitlines() if line.startswith("# warning: "))
-        expected = "\n".join(line for line in expected.splitlines() if not line.startswith("#")) + "\n"
-        yield pytest.param(given, expected, warnings, id=f"{rule}: {title}")
-
-
-def check_file(rule: str):
-    fn = load_rule(rule)
-    for case in cases(rule):
-        given, expected, warnings = case.values
-        out = fn(Program(parse(given)))
-        assert render(out.query) == expected, case.id
-        assert out.warnings == warnings, case.id
-        assert parse(render(out.query)) == out.query
-
-
 @pytest.mark.parametrize("rule", [p.stem for p in sorted(FIXTURES.glob("*.nlqo"))])
 def test_rule_fixtures(rule):
-    check_file(rule)
+    assert check_rule_file(FIXTURES / f"{rule}.nlqo", load_rule(rule)) == len(list(rule_cases(FIXTURES / f"{rule}.nlqo")))
+
+
+def test_the_fixture_runner_fails_on_a_wrong_expectation(tmp_path):
+    bad = tmp_path / "normalize_variables.nlqo"
+    bad.write_text('# title: wrong on purpose\nq1 = (?A, "p", "x")\nanswer ?A\n# expect:\nq1 = (?A, "p", "x")\nanswer ?A\n')
+    with pytest.raises(AssertionError, match="wrong on purpose"):
+        check_rule_file(bad, load_rule("normalize_variables"))
 
 
 def test_every_default_rule_has_a_fixture():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from nlqo.cli import common
 from nlqo.execute.trace import Trace
@@ -31,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
         result = engine.ask(args.question, strategy=args.strategy, trace=trace)
     else:
         result = engine.execute(args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace)
+    if not args.json and result.plan is not None:
+        for w in result.plan.warnings:
+            print(f"nlqo: warning: {w}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nlqo.cli.common import add_quantize_option, apply_threads
+from nlqo.cli.common import add_planning_options, add_runtime_options, config_from_args
 from nlqo.errors import ConfigError
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 FALLBACK_MODEL = "qwen2.5-coder-1.5b"
-ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse", "ir_cleanup", "plan_hints", "guard_rewrites", "constrained")
+ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse", "ir_cleanup", "plan_hints", "guard_rewrites", "cost_model", "constrained")
 """Ablation flags, passed as options to the linear, tree and auto builders."""
 
 EPILOG = """\
@@ -32,8 +32,10 @@ strategies run interleaved: each question goes through every strategy (the order
 question) before the next question starts, so machine noise hits all strategies alike.
 
 ablations: each list expands linear, tree and auto into variants, e.g. --tau 0.8,0.9 runs
-linear[tau=0.8] and linear[tau=0.9]; variants can also be named directly:
---strategies 'auto,linear[tau=0.8,kv_reuse=off]'.
+linear[tau=0.8] and linear[tau=0.9], and --cost-model structural,mine.cost runs
+tree[cost_model=structural] and tree[cost_model=mine.cost]; variants can also be named directly:
+--strategies 'auto,linear[tau=0.8,kv_reuse=off]'. --param, --rules, --budget and --beam apply
+to every variant.
 
 examples:
   nlqo bench --questions ../shared/data/hotpotqa_dev_199.jsonl.gz \\
@@ -62,8 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs = p.add_argument_group("run")
     runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
     runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
-    add_quantize_option(runs)
-    runs.add_argument("--threads", type=int, metavar="N", help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; two runs sharing a machine must split them)")
+    add_runtime_options(runs)
     runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
     runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode for every strategy (default: %(default)s)")
     runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
@@ -82,6 +83,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--guard-rewrites", metavar="on|off", help="tree: use a node's atom when its rewrite only repeats the main question (default off)")
     ablation.add_argument("--plan-hints", metavar="on|off", help="show a plan lowered to the linear template its atoms as hints (default on)")
     ablation.add_argument("--constrained", metavar="on|off", help="parse (and classify relations) under the IR's generation grammar (default on; docs/ir.md)")
+    add_planning_options(p, variants=True)
     report = p.add_argument_group("report")
     report.add_argument("--report", nargs="*", metavar="DIR", help="write the benchmark report from these result folders (none: only the baselines section) and exit")
     report.add_argument("--report-file", default="docs/benchmarks.md", metavar="FILE", help="report to write (default: %(default)s)")
@@ -143,30 +145,34 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
         cmd += ["--quantize", args.quantize]
     if getattr(args, "threads", None):
         cmd += ["--threads", str(args.threads)]
+    for item in getattr(args, "param", None) or ():
+        cmd += ["--param", item]
+    for flag, default in (("rules", "default"), ("budget", 50_000), ("beam", 32), ("max_atoms", 1000)):
+        if getattr(args, flag, default) != default:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for folder in getattr(args, "path", None) or ():
+        cmd += ["--path", folder]
     return cmd
 
 
-def own_backend(llm):
-    """The backend one strategy of a bench uses: a fork with its own prefix cache when the backend
-    can fork (a local model), so no strategy's timing depends on which one ran before it."""
-    fork = getattr(llm, "fork", None)
-    return fork() if callable(fork) else llm
-
-
 def default_model() -> str:
-    """The project's default model (``nlqo.cli.common.DEFAULT_MODEL`` once it exists)."""
-    from nlqo.cli import common
+    """The project's default model."""
+    from nlqo.config import DEFAULT_MODEL
 
-    return getattr(common, "DEFAULT_MODEL", FALLBACK_MODEL)
+    return DEFAULT_MODEL
 
 
 def _bench(args: argparse.Namespace, specs: list[str]) -> int:
-    from nlqo.cli.common import load_llm, runtime_of
+    import attrs
+
+    from nlqo.builder import load_model
+    from nlqo.llm.backends import runtime_of
     from nlqo.eval.datasets import QuestionSet
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.runner import Bench
     from nlqo.eval.summary import markdown_table
     from nlqo.eval.workspace import open_index
+    from nlqo.llm.base import forked
     from nlqo.llm.cache import with_cache
     from nlqo.strategies import build_strategy
 
@@ -175,11 +181,13 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
     retriever = index.retriever(args.retrieval)
     model = args.model or default_model()
-    apply_threads(args)
-    backend = load_llm(model, runtime=args.runtime, quantize=args.quantize, threads=args.threads, progress=not args.quiet)
+    config = attrs.evolve(config_from_args(args), model=model, cost_model="default", embedder=None)
+    backend = load_model(config)
     llm = with_cache(backend, args.llm_cache)
-    strategies = {spec: build_strategy(spec, own_backend(llm), retriever, embedder=index.embedder, k=args.k) for spec in specs}
-    judge = LLMJudge(with_cache(load_llm(args.judge), args.llm_cache)) if args.judge else None
+    # each strategy gets a fork with its own prefix cache (when the backend declares forks), so no
+    # strategy's timing depends on which one ran before it
+    strategies = {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=args.k, config=config) for spec in specs}
+    judge = LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
     meta: dict[str, Any] = {
         "model": model,
         "runtime": runtime_of(backend),

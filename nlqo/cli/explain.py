@@ -40,11 +40,12 @@ def run(args: argparse.Namespace) -> int:
     strategy = args.strategy
     planned = common.plan_question(engine, args, trace)
     if planned.physical is None:
+        last = (planned.error or "").rsplit(">>> ", 1)[-1].strip()
         raise ParseFailure(
             "the question could not be parsed into a plan ('nlqo ask' falls back to the linear template; "
-            "'nlqo parse' shows the IR, and --ir FILE plans a hand-written one)",
+            f"'nlqo parse' shows the IR, and --ir FILE plans a hand-written one); the last error: {last}",
             attempts=(),
-            errors=(planned.error or "",),
+            errors=(),
         )
     physical = planned.physical
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         data = analyze.to_dict(result, physical, model=model, costs=costs)
         out = json.dumps(data, indent=2, ensure_ascii=False) if args.format == "json" else explain_html.render([explain_html.entry(data)])
     elif args.format == "dot":
-        notes = analyze.annotations(result, physical) if result else analyze.physical_annotations(physical)
+        notes = analyze.actual_annotations(result, physical) if result else analyze.physical_annotations(physical)
         out = logical.dot(physical.logical, costs=costs, annotations=notes)
     else:
         out = analyze.text(result, physical, model=model, costs=costs)

@@ -6,7 +6,7 @@ import argparse
 import sys
 import warnings
 
-from nlqo.cli import common
+from nlqo.builder import set_threads
 from nlqo.embed import DEFAULT_EMBEDDER
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import ON_ERROR, Fields
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"nlqo index: error: {exc}", file=sys.stderr)
         return 2
-    common.apply_threads(args)
+    set_threads(args.threads)
     embedder = SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="skipped .* bad corpus record")

@@ -21,14 +21,19 @@ def register(subparsers) -> None:
     p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
     p.add_argument("--ir-cleanup", action="store_true", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it")
+    common.add_runtime_options(p)
     common.add_constrained_options(p)
-    common.add_quantize_option(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    llm = common.load_llm(args.model, runtime=args.runtime, quantize=args.quantize)
-    result = parse_question(args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=args.constrained, max_atoms=args.max_atoms)
+    from nlqo.builder import load_model
+
+    config = common.config_from_args(args)
+    llm = load_model(config)
+    result = parse_question(
+        args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=config.constrained, max_atoms=config.parse_atoms
+    )
     sys.stdout.write(result.text)
     for w in result.warnings:
         print(f"# warning: {w}", file=sys.stderr)

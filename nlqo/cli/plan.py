@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from nlqo import explain
+from nlqo.builder import build_optimizer, load_model
 from nlqo.cli import common
 from nlqo.cost import CostContext
-from nlqo.syntax import parse
 
 
 def register(subparsers) -> None:
@@ -25,18 +24,16 @@ def register(subparsers) -> None:
     p.add_argument("--verbose", "-v", action="store_true", help="add the search summary and every pair relation")
     p.add_argument("--model", metavar="NAME", help="ask this LLM about atom pairs the triples leave undecided (default: treat them as siblings)")
     p.add_argument("--context-merge", action="store_true", help="with --model: confirm LLM-decided edges with the partial plan in the prompt")
-    common.add_cost_options(p)
-    common.add_search_options(p)
+    p.add_argument("--embedder", metavar="NAME|PATH", help="embedder for the similarity metric (default: all-minilm-l6-v2)")
+    common.add_runtime_options(p)
+    common.add_planning_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    source = "<stdin>" if str(args.file) == "-" else str(args.file)
-    text = sys.stdin.read() if source == "<stdin>" else args.file.read_text()
-    query = parse(text, source=source)
-    llm = common.load_llm(args.model) if args.model else None
-    optimizer = common.build_optimizer(args, llm=llm)
-    optimizer.context_merge = bool(args.context_merge)
+    query = common.read_ir(args.file)
+    config = common.config_from_args(args)
+    optimizer = build_optimizer(config, llm=load_model(config) if config.model else None)
     plan = optimizer.optimize(query)
     ctx = CostContext(plan.query, plan.relations, optimizer.embedder)
     costs = explain.node_costs(plan, optimizer.cost_model, ctx)

@@ -1,6 +1,7 @@
 """Cost models: a small expression language over named metrics of a plan tree."""
 
-from nlqo.cost.metrics import CostContext, builtin_metrics, registry
+from nlqo.cost.metrics import CostContext, Structure, builtin_metrics, registry, structural
 from nlqo.cost.model import CostModel, load_cost_model
+from nlqo.cost.shape import Shape
 
-__all__ = ["CostContext", "CostModel", "builtin_metrics", "load_cost_model", "registry"]
+__all__ = ["CostContext", "CostModel", "Shape", "Structure", "builtin_metrics", "load_cost_model", "registry", "structural"]

@@ -13,17 +13,21 @@ import functools
 import json
 import math
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 import lark
 
-from nlqo.cost.metrics import CostContext, Metric, registry
+from nlqo.cost.metrics import CostContext, Metric, registry, structure_of
+from nlqo.cost.shape import Shape
 from nlqo.errors import CostModelError
 from nlqo.plan import Cost, Tree
 from nlqo.resources import builtin_dir, find
 
-_FUNCTIONS = {"min": min, "max": max, "abs": abs, "log": math.log}
+Direction = int | None
+"""+1: the cost never decreases as the quantity grows; -1: never increases; None: either (unknown)."""
+
+_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs, "log": math.log}
 
 
 @functools.cache
@@ -99,6 +103,57 @@ def _eval(expr, env: Mapping[str, float]) -> float:
     return a / b if b else math.inf
 
 
+def _merge(a: Mapping[str, Direction], b: Mapping[str, Direction]) -> dict[str, Direction]:
+    out = dict(a)
+    for name, d in b.items():
+        out[name] = d if name not in out or out[name] == d else None
+    return out
+
+
+def _scaled(signs: Mapping[str, Direction], factor: float) -> dict[str, Direction]:
+    if factor == 0:
+        return {}
+    return {n: (None if d is None else d * (1 if factor > 0 else -1)) for n, d in signs.items()}
+
+
+def _signs(expr, params: Mapping[str, float]) -> dict[str, Direction]:
+    """How the expression moves with each name that is not a parameter.
+
+    >>> _signs(_ToExpr().transform(_parser().parse("cost = a - 2 * b + max(a, c) / 4")).children[0].children[0], {})
+    {'a': 1, 'b': -1, 'c': 1}
+    """
+    tag = expr[0]
+    if tag == "num":
+        return {}
+    if tag == "name":
+        return {} if expr[1] in params else {expr[1]: 1}
+    if tag == "neg":
+        return _scaled(_signs(expr[1], params), -1)
+    if tag == "call":
+        parts = [_signs(a, params) for a in expr[2]]
+        if expr[1] in ("min", "max", "log"):
+            out: dict[str, Direction] = {}
+            for p in parts:
+                out = _merge(out, p)
+            return out
+        return {n: None for p in parts for n in p}
+    left, right = _signs(expr[1], params), _signs(expr[2], params)
+    if tag == "+":
+        return _merge(left, right)
+    if tag == "-":
+        return _merge(left, _scaled(right, -1))
+    if tag == "*":
+        if not left:
+            return _scaled(right, _eval(expr[1], params))
+        if not right:
+            return _scaled(left, _eval(expr[2], params))
+        return {n: None for n in (*left, *right)}
+    if not right:  # division by a constant
+        divisor = _eval(expr[2], params)
+        return _scaled(left, 1 / divisor if divisor else 0)
+    return {n: None for n in (*left, *right)}
+
+
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 
@@ -137,8 +192,9 @@ class CostModel:
         except lark.UnexpectedInput as exc:
             line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
             shown = text.splitlines()[line - 1] if isinstance(line, int) and 0 < line <= len(text.splitlines()) else ""
-            what = "the text ends in the middle of a statement" if isinstance(exc, lark.UnexpectedEOF) else "unexpected text"
-            if isinstance(exc, lark.UnexpectedToken):
+            ended = isinstance(exc, lark.UnexpectedEOF) or (isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END")
+            what = "the text ends in the middle of a statement" if ended else "unexpected text"
+            if isinstance(exc, lark.UnexpectedToken) and not ended:
                 what = f"unexpected {str(exc.token)!r}" if str(exc.token).strip() else "the line ends in the middle of a statement"
             raise CostModelError(f"{source}:{line}:{col}: cannot read the cost model here ({what}):\n  {shown}") from None
         except lark.exceptions.VisitError as exc:  # pragma: no cover - raised by transformer
@@ -177,6 +233,35 @@ class CostModel:
 
     def formula(self) -> str:
         return _render(self.expression)
+
+    @property
+    def semantic(self) -> frozenset[str]:
+        """Metrics the expression uses that are not declared structural (``similarity``, most user metrics)."""
+        return frozenset(n for n in self.names if structure_of(self.metrics[n]) is None)
+
+    def directions(self) -> dict[str, Direction]:
+        """How the cost moves with each structural field it depends on (:mod:`nlqo.cost.shape`).
+
+        >>> load_cost_model("structural").directions()
+        {'edges': -1, 'height': 1, 'imbalance': 1, 'size': -1}
+        >>> CostModel.parse("cost = abs(depth - 2) - leaves").directions()
+        {'height': None, 'leaves': -1}
+        """
+        out: dict[str, Direction] = {}
+        for name, sign in sorted(_signs(self.expression, self.params).items()):
+            structure = structure_of(self.metrics[name])
+            if structure is None:
+                continue
+            out = _merge(out, {f: (None if sign is None else sign * d) for f, d in structure.directions.items()})
+        return dict(sorted(out.items()))
+
+    def shape_cost(self, shape: Shape) -> float:
+        """The cost of a tree with this summary, counting semantic metrics as 0 (the greedy search's score)."""
+        values = {}
+        for name in self.names:
+            structure = structure_of(self.metrics[name])
+            values[name] = float(structure.of_shape(shape)) if structure is not None else 0.0
+        return self.evaluate_values(values)
 
     def with_params(self, **params: float) -> "CostModel":
         unknown = set(params) - set(self.params)

@@ -95,8 +95,8 @@ def parse_question(record: Any) -> Question:
         missing.append("answers")
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
-    answers = [answers] if isinstance(answers, str) else list(answers)
-    answers = [str(a) for a in answers if str(a).strip()]
+    given = [answers] if isinstance(answers, str) else list(answers or ())
+    answers = [str(a) for a in given if str(a).strip()]
     if not answers:
         raise ValueError("no gold answer")
     titles = dict.fromkeys(str(t) for t in record.get("supporting_titles") or ())

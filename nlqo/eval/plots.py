@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 PLOTS = ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")
 
@@ -45,7 +45,7 @@ def em_vs_seconds(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def tokens_per_question(summary: dict[str, Any], rows: dict[str, Sequence[dict[str, Any]]], path: Path) -> Path:
+def tokens_per_question(summary: dict[str, Any], rows: Mapping[str, Sequence[dict[str, Any]]], path: Path) -> Path:
     """Generated tokens per question (box plot) and mean prompt tokens computed vs from cache."""
     names = summary["strategies"]
     fig = _figure(max(6.4, 1.1 * len(names) + 2), 4.6)
@@ -90,7 +90,7 @@ def hops_histogram(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
-def write_plots(summary: dict[str, Any], rows: dict[str, Sequence[dict[str, Any]]], folder: Path) -> list[Path]:
+def write_plots(summary: dict[str, Any], rows: Mapping[str, Sequence[dict[str, Any]]], folder: Path) -> list[Path]:
     """Write the three plots into ``folder``; return their paths (named as in ``PLOTS``)."""
     folder.mkdir(parents=True, exist_ok=True)
     return [

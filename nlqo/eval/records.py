@@ -69,6 +69,7 @@ def make_record(
         "hops": stats.get("hops", 0),
         "stop_reason": stats.get("stop_reason", "error" if error else ""),
         "operator": result.physical.operator if result is not None and result.physical is not None else None,
+        "plan_tree": result.plan_tree() if result is not None else None,
         "evidence_complete": None if recall is None else recall.complete,
         "evidence_share": None if recall is None else recall.share,
         "retrieved_titles": titles,

@@ -58,7 +58,7 @@ def targets(summary: dict[str, Any]) -> list[tuple[str, str, str]]:
     rows = []
     baselines = {n: results[n]["em"] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
     if baselines:
-        best = max(baselines, key=baselines.get)
+        best = max(baselines, key=lambda name: baselines[name])
         rows.append(("auto EM >= best of standard-rag, iter-retgen, ircot, self-ask",
                      f"auto {100 * auto['em']:.1f} vs {best} {100 * baselines[best]:.1f}",
                      _verdict(auto["em"] >= baselines[best])))  # fmt: skip
@@ -92,17 +92,33 @@ def _machine(meta: dict[str, Any]) -> str:
 
 
 def _quantization(meta: dict[str, Any]) -> str:
-    """How the model's weights were used, when not as stored.
+    """How the model's weights were used, when not as stored, and on which runtime.
 
-    >>> _quantization({"quantize": "int8"}), _quantization({"quantize": "none"})
-    (' with int8 linear layers (--quantize int8)', '')
+    >>> _quantization({"quantize": "int8"})
+    ' with int8 linear layers (--quantize int8; LOSSY: halved the default model EM, docs/models.md)'
+    >>> _quantization({"quantize": "none", "runtime": "llama-cpp"}), _quantization({})
+    (' on llama-cpp', '')
     """
     kind = meta.get("quantize") or "none"
-    return "" if kind == "none" else f" with {kind} linear layers (--quantize {kind})"
+    runtime = f" on {meta['runtime']}" if meta.get("runtime") else ""
+    if kind == "none":
+        return runtime
+    return f"{runtime} with {kind} linear layers (--quantize {kind}; LOSSY: halved the default model EM, docs/models.md)"
+
+
+def _lossy(meta: dict[str, Any]) -> str:
+    """A label for figures measured on a lossy setting, to stand next to every one of them.
+
+    >>> _lossy({"quantize": "int8"}), _lossy({"quantize": "none"})
+    (', int8 (lossy)', '')
+    """
+    kind = meta.get("quantize") or "none"
+    return "" if kind == "none" else f", {kind} (lossy)"
 
 
 def _threads(meta: dict[str, Any]) -> str:
-    return f", {counted(meta['threads'], 'torch thread')}" if meta.get("threads") else ""
+    noun = "llama.cpp thread" if meta.get("runtime") == "llama-cpp" else "torch thread"
+    return f", {counted(meta['threads'], noun)}" if meta.get("threads") else ""
 
 
 def _commits(meta: dict[str, Any]) -> str:
@@ -193,7 +209,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     against = "auto" if "auto" in summary["strategies"] else None
     command = meta.get("command")
     lines = [
-        f"### {summary['dataset']} ({Path(summary['folder']).name}): {counted(summary['n'], 'question')}",
+        f"### {summary['dataset']} ({Path(summary['folder']).name}): {counted(summary['n'], 'question')}{_lossy(meta)}",
         "",
         f"- model `{meta.get('model', '?')}`{_quantization(meta)}, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
         f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}{_commits(meta)}",
@@ -290,7 +306,7 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     if len(runs) < 2:
         return []
     names = list(dict.fromkeys(n for s in runs for n in s["strategies"]))
-    columns = " | ".join(f"{s['dataset']} (n={s['n']})" for s in runs)
+    columns = " | ".join(f"{s['dataset']} (n={s['n']}{_lossy(s.get('meta', {}))})" for s in runs)
     lines = ["## Overview", "", f"| strategy | {columns} |", "|---|" + "---|" * len(runs)]
     for name in names:
         cells = []
@@ -321,7 +337,7 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
     for s in runs:
         lines.append(
             f"| {s['dataset']} | {Path(s['folder']).name} | {s['n']} | {', '.join(s['strategies'])} "
-            f"| {s['meta'].get('model', '?')} | {s['meta'].get('started', '?')} |"
+            f"| {s['meta'].get('model', '?')}{_quantization(s['meta'])} | {s['meta'].get('started', '?')} |"
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")

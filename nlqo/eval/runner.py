@@ -234,7 +234,7 @@ def refresh(folder: str | Path) -> None:
     questions = QuestionSet.load(candidates[0], limit=info.get("limit"))
     if questions.sha256 != info.get("questions_sha256"):
         raise ConfigError(f"{folder}: {candidates[0]} is not the question file this run used (SHA-256 differs)")
-    bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)
+    bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)  # type: ignore[arg-type]  # only read back, never run
     finished, resumed = info.get("finished"), info.get("resumed") or []
     still_going = not finished or any(at > finished for at in resumed)  # ISO times in UTC compare as text
     bench.write_summary(info if not still_going else {**info, "summarized": _now()}, done)

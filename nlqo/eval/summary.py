@@ -94,7 +94,7 @@ def plan_outcomes(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
     return {k: {"n": len(ix), "em": statistics.fmean(float(rows[i].get("em", 0.0)) for i in ix)} for k, ix in _plan_groups(rows).items()}
 
 
-def paired_plan_groups(rows: dict[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+def paired_plan_groups(rows: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
     """For each planning strategy, its questions grouped by what it ran, with every strategy's EM on
     those same questions (``rows`` as ``complete_rows`` gives them: one list per strategy, aligned).
 

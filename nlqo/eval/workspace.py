@@ -36,7 +36,7 @@ def open_index(
         return opened, {"index": str(Path(index).absolute()), "index_digest": index_digest(opened), "corpus": opened.manifest.source}
     if corpus is None:
         raise ValueError("open_index needs a corpus or an index")
-    from nlqo.cli.common import load_embedder
+    from nlqo.builder import load_embedder
     from nlqo.embed import DEFAULT_EMBEDDER, canonical_name
     from nlqo.index.build import build_index
 

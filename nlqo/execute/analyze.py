@@ -61,7 +61,7 @@ def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
     return out
 
 
-def annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
+def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
     base = physical_annotations(physical)
     out = {}
     for node, positions in _by_node(result, physical).items():
@@ -112,7 +112,7 @@ def physical_lines(physical: PhysicalPlan) -> list[str]:
 
 def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None) -> str:
     """The plan tree with physical operators (and actuals when ``result`` is given), then totals."""
-    notes = annotations(result, physical) if result is not None else physical_annotations(physical)
+    notes = actual_annotations(result, physical) if result is not None else physical_annotations(physical)
     body = explain.text(physical.logical, model=model, costs=costs, annotations=notes)
     lines = [body, *physical_lines(physical)]
     if result is not None:

@@ -17,9 +17,10 @@ import attrs
 from nlqo.answers import short_answer, visible
 from nlqo.execute.terminator import Terminator
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StepKind
 from nlqo.llm.base import LLM
-from nlqo.llm.session import Session, open_session
-from nlqo.passages import Embedder, Hit, Retriever
+from nlqo.llm.session import Session, TokenSession, open_session
+from nlqo.passages import Embedder, Retriever
 from nlqo.prompts.execution import LINEAR, LinearTemplate
 
 
@@ -44,9 +45,9 @@ class LinearExecutor:
     def _session(self) -> Session:
         """A fresh session on the scaffold prefix, which is prefilled once and forked after."""
         if not self.kv_reuse:
-            return open_session(self.llm, self.template.prefix, kv_reuse=False)
+            return open_session(self.llm, self.template.scaffold, kv_reuse=False)
         if self._prefix is None:
-            self._prefix = open_session(self.llm, self.template.prefix, kv_reuse=True)
+            self._prefix = open_session(self.llm, self.template.scaffold, kv_reuse=True)
         return self._prefix.fork()
 
     def run(self, question: str, *, hints: Sequence[str] = (), trace: Trace | None = None, strategy: str = "linear") -> RunResult:
@@ -54,7 +55,7 @@ class LinearExecutor:
         started = time.perf_counter()
         t = self.template
         session = self._session()
-        self._append(session, t.main.format(question=question))
+        self._append(session, t.opening(question))
         terminator = Terminator(self.embedder, self.tau)
         terminator.start(question)
         facts: list[str] = []
@@ -69,7 +70,7 @@ class LinearExecutor:
             sub = self._generate(session, node, trace, self.max_question_tokens).strip()
             score = terminator.score(sub) if sub else 1.0
             if hop > self.min_hops and terminator.should_stop(score) or not sub:
-                trace.record(Step(node=node, kind="stop", text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
+                trace.record(Step(node=node, kind=StepKind.STOP, text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
                 stop_reason = "terminator" if sub else "empty_question"
                 break
             hops = hop
@@ -79,7 +80,7 @@ class LinearExecutor:
             step = trace.record(Step.retrieve(node, sub, hits, (time.perf_counter() - t0) * 1000, at))
             trace.steps[-1] = attrs.evolve(step, terminator_score=score)
             for h in hits:
-                supporting.setdefault(h.passage.id, PassageRef(h.passage.id, h.passage.title, float(h.score)))
+                supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
             self._newline(session)
             self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])))
             evidence = self._generate(session, node, trace, self.max_evidence_tokens).strip()
@@ -105,16 +106,20 @@ class LinearExecutor:
 
     @staticmethod
     def _newline(session: Session) -> None:
-        """Start the next scaffold segment on a new line (a KV session keeps the generated stop text)."""
+        """Start the next scaffold segment on a new line."""
         if not session.text.endswith("\n"):
             session.append("\n")
 
     def _generate(self, session: Session, node: str, trace: Trace, max_tokens: int) -> str:
         prompt, at = session.text, trace.now_ms()
+        tokens = session if isinstance(session, TokenSession) else None
+        keep = len(tokens.token_ids) if tokens is not None else 0
         out = session.generate(stop=("\n",), max_tokens=max_tokens)
+        if tokens is not None:
+            # Keep the answer text and nothing after it, as a text session does: a model may end its
+            # line with a "\n\n" token or an end-of-turn token, which would otherwise stay in the
+            # context that later hops see. The kept tokens are recomputed with the next segment.
+            tokens.truncate(keep)
+            tokens.append(out.text)
         trace.record(Step.llm(node, out.usage, out.text, at, prompt=prompt))
         return visible(out.text)
-
-
-def retrieved(hits: Sequence[Hit]) -> list[PassageRef]:
-    return [PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits]

@@ -9,11 +9,11 @@ the backend serves requests in parallel, but recomputes every prompt.
 from __future__ import annotations
 
 import math
-import time
 from typing import Mapping
 
 import attrs
 
+from nlqo.kinds import Operator
 from nlqo.plan import ROOT, Plan
 
 PASSAGE_TOKENS = 110
@@ -61,8 +61,7 @@ class Estimate:
 
 @attrs.frozen
 class PhysicalPlan:
-    operator: str
-    """'linear' or 'tree'."""
+    operator: Operator
     logical: Plan
     estimates: Mapping[str, Estimate]
     reason: str
@@ -112,11 +111,11 @@ def measure_batch_speedup(llm, concurrency: int, *, decode_tokens: int = 12) -> 
     from concurrent.futures import ThreadPoolExecutor
 
     def wall(n: int) -> float:
+        """Milliseconds until the last of ``n`` requests sent together finished (as the backend reports)."""
         prompts = [f"List of rivers ({i + 1}):" for i in range(n)]
-        start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=n) as pool:
-            list(pool.map(lambda p: llm.complete(p, max_tokens=decode_tokens), prompts))
-        return time.perf_counter() - start
+            usages = list(pool.map(lambda p: llm.complete(p, max_tokens=decode_tokens).usage, prompts))
+        return max(u.wall_ms for u in usages)
 
     one = wall(1)
     if one <= 0:
@@ -155,13 +154,13 @@ def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
 
 def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None) -> PhysicalPlan:
     """Pick the cheaper operator (or ``force`` one) and say why."""
-    estimates = {"linear": estimate_linear(plan, profile, k), "tree": estimate_tree(plan, profile, k)}
+    estimates = {Operator.LINEAR.value: estimate_linear(plan, profile, k), Operator.TREE.value: estimate_tree(plan, profile, k)}
     kind = shape(plan)
-    if force in ("linear", "tree"):
-        operator, reason = force, f"forced by --strategy {force}"
+    if force in Operator.values():
+        operator, reason = Operator(force), f"forced by --strategy {force}"
     else:
-        operator = min(estimates, key=lambda o: (estimates[o].ms, o))
-        other = "tree" if operator == "linear" else "linear"
+        operator = Operator(min(estimates, key=lambda o: (estimates[o].ms, o)))
+        other = Operator.TREE if operator == Operator.LINEAR else Operator.LINEAR
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
             f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}{_speedups(profile)}, "

@@ -8,17 +8,25 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from nlqo.kinds import StepKind
 from nlqo.llm.base import ChatMessage, Usage
 from nlqo.passages import Hit
 
 
 @attrs.frozen
 class PassageRef:
+    """A passage as a trace records it: id, title and retrieval score."""
+
     id: str
     title: str
     score: float = 0.0
     text: str = attrs.field(default="", eq=False, repr=False)
     """The passage's text, kept by retrieval steps for EXPLAIN; records leave it out."""
+
+    @classmethod
+    def from_hit(cls, hit: Hit, *, text: bool = False) -> "PassageRef":
+        """The reference to a retrieved passage (with its text when ``text``)."""
+        return cls(hit.passage.id, hit.passage.title, float(hit.score), hit.passage.text if text else "")
 
 
 def prompt_text(prompt: str | Sequence[ChatMessage]) -> str:
@@ -42,8 +50,7 @@ class Step:
 
     node: str
     """Plan node id (tree), ``hop-N`` (linear), or a strategy-specific label."""
-    kind: str
-    """'llm', 'retrieve' or 'stop'."""
+    kind: StepKind = attrs.field(converter=StepKind)
     wall_ms: float = 0.0
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
@@ -68,7 +75,7 @@ class Step:
     ) -> "Step":
         return cls(
             node=node,
-            kind="llm",
+            kind=StepKind.LLM,
             wall_ms=usage.wall_ms,
             prompt_tokens=usage.prompt_tokens,
             cached_prompt_tokens=usage.cached_prompt_tokens,
@@ -82,8 +89,8 @@ class Step:
 
     @classmethod
     def retrieve(cls, node: str, query: str, hits: Sequence[Hit], wall_ms: float, started_ms: float = 0.0) -> "Step":
-        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score), h.passage.text) for h in hits)
-        return cls(node=node, kind="retrieve", wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
+        refs = tuple(PassageRef.from_hit(h, text=True) for h in hits)
+        return cls(node=node, kind=StepKind.RETRIEVE, wall_ms=wall_ms, text=query, passages=refs, started_ms=started_ms)
 
     def to_dict(self, *, texts: bool = False) -> dict[str, Any]:
         """The step as JSON; ``texts`` adds the prompt and the passages' texts (EXPLAIN pages)."""
@@ -142,7 +149,7 @@ class RunResult:
 
     @property
     def llm_steps(self) -> list[Step]:
-        return [s for s in self.trace if s.kind == "llm"]
+        return [s for s in self.trace if s.kind == StepKind.LLM]
 
     def stats(self) -> dict[str, Any]:
         llm = self.llm_steps
@@ -152,20 +159,16 @@ class RunResult:
             "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
             "generated_tokens": sum(s.generated_tokens for s in llm),
             "forced_tokens": sum(s.forced_tokens for s in llm),
-            "retrievals": sum(1 for s in self.trace if s.kind == "retrieve"),
+            "retrievals": sum(1 for s in self.trace if s.kind == StepKind.RETRIEVE),
             "hops": self.hops,
             "stop_reason": self.stop_reason,
             "planning_ms": self.planning_ms,
             "execution_ms": self.execution_ms,
         }
 
-    def retrieved_ids(self) -> list[str]:
-        """Every passage id retrieved during the run, in order, without repeats."""
-        seen: dict[str, None] = {}
-        for s in self.trace:
-            for p in s.passages:
-                seen.setdefault(p.id, None)
-        return list(seen)
+    def plan_tree(self) -> dict[str, str] | None:
+        """The logical plan as ``{child: parent}``, or ``None`` when the run had no plan."""
+        return dict(self.plan.tree.parent) if self.plan is not None else None
 
     def to_dict(self, *, texts: bool = False) -> dict[str, Any]:
         """The result as JSON; ``texts`` keeps prompts and passage texts in the trace."""
@@ -175,5 +178,8 @@ class RunResult:
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
+            "plan": self.plan_tree(),
+            "warnings": list(getattr(self.plan, "warnings", ())),
+            "left_out": [{"id": x.id, "atom": x.text, "reason": x.reason} for x in getattr(self.plan, "left_out", ())],
             "trace": [s.to_dict(texts=texts) for s in self.trace],
         }

@@ -17,7 +17,7 @@ import attrs
 
 from nlqo.answers import short_answer, visible
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.llm.base import LLM, chat_reusing_prefix
+from nlqo.llm.base import LLM, capabilities, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever
 from nlqo.plan import ROOT, Plan
 from nlqo.prompts import execution
@@ -63,7 +63,7 @@ class TreeExecutor:
         trace = trace or Trace()
         started = time.perf_counter()
         tree = plan.tree
-        workers = 1 if not self.parallel else (self.workers or default_workers(plan, getattr(self.llm, "concurrency", 1)))
+        workers = 1 if not self.parallel else (self.workers or default_workers(plan, capabilities(self.llm).concurrency))
         results: dict[str, NodeResult] = {}
         waiting = {n: set(tree.children[n]) for n in tree.nodes}
         running: dict[Future, str] = {}
@@ -130,5 +130,5 @@ class TreeExecutor:
         at = trace.now_ms()
         out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
-        refs = tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+        refs = tuple(PassageRef.from_hit(h) for h in hits)
         return NodeResult(node=node, question=question, answer=short_answer(out.text), passages=refs)

@@ -71,6 +71,7 @@ def build_index(
     atomic.recover(target)
     atomic.remove_stale(target)
 
+    corpus: Iterable[Passage]
     if isinstance(source, (str, Path)):
         corpus = Corpus(source, fields=fields, chunking=chunking, on_error=on_error)
         described = str(Path(source).absolute())

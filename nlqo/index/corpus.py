@@ -11,7 +11,7 @@ import gzip
 import json
 import warnings
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterator, cast
 
 import attrs
 
@@ -62,8 +62,7 @@ class Corpus:
             seen[passage.id] = line
             yield passage
         if self.skipped:
-            first = self.skipped[0]
-            warnings.warn(f"skipped {len(self.skipped)} bad corpus record(s); first: {first}", stacklevel=2)
+            warnings.warn(f"skipped {len(self.skipped)} bad corpus record(s); first: {self.skipped[0]}", stacklevel=2)
 
     def _records(self) -> Iterator[tuple[Passage, int | None]]:
         if self.source.is_dir():
@@ -157,5 +156,5 @@ def _open_binary(path: Path) -> IO[bytes]:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb"))
     return open(path, "rb")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from typing import Any
+
 import attrs
 import numpy as np
 
@@ -47,6 +49,7 @@ def build_dense(vectors: np.ndarray, params: DenseParams):
 
     n, dim = vectors.shape
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    index: Any
     if params.kind == "flat":
         index = faiss.IndexFlatIP(dim)
     elif params.kind == "hnsw":
@@ -73,7 +76,7 @@ def open_dense(path: Path, params: DenseParams, dim: int, count: int):
     if not path.is_file():
         raise IndexFileError(f"{path}: dense index is missing")
     try:
-        index = faiss.read_index(str(path))
+        index: Any = faiss.read_index(str(path))
     except RuntimeError as exc:
         raise IndexFileError(f"{path}: cannot read the FAISS index ({exc})") from exc
     if index.d != dim or index.ntotal != count:

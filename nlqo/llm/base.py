@@ -1,10 +1,59 @@
-"""The interface every LLM backend implements, and its accounting values."""
+"""The interface every LLM backend implements, what it declares it can do, and its accounting values."""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import attrs
+
+
+@attrs.frozen
+class Capabilities:
+    """What a backend declares beyond ``complete`` and ``chat``; the engine reads this, never probes.
+
+    A backend without a ``capabilities`` attribute has none of them (this value's defaults).
+    """
+
+    prefix_cache: bool = False
+    """``complete`` and ``chat`` accept ``prefix_cache=True`` and then reuse the KV state of a
+    prompt prefix computed before."""
+    session: bool = False
+    """``session(prefix)`` returns a :class:`nlqo.llm.session.Session` that keeps its KV state
+    between generations (the linear template's KV reuse)."""
+    fork: bool = False
+    """``fork()`` returns a backend on the same weights with its own prefix cache (benchmarks give
+    each strategy one so that no strategy's timing depends on another's warm prefixes)."""
+    concurrency: int = 1
+    """Requests the backend serves at once (the tree executor's waves and the lowering use it)."""
+    cache_identity: bool = False
+    """``cache_identity()`` returns a JSON-able dict of everything besides the request that decides
+    the output (model, generation settings); response caches key on it. Without it the key has
+    only the backend's ``name``."""
+    constraint: str | None = None
+    """``complete`` and ``chat`` accept ``constraint=`` (:mod:`nlqo.llm.constrain`) and apply it:
+    ``"tokens"`` token by token in this process (replies follow the grammar), ``"server"`` by
+    passing the grammar to a server (replies are validated after the fact)."""
+
+
+NO_CAPABILITIES = Capabilities()
+
+
+def capabilities(llm: Any) -> Capabilities:
+    """What ``llm`` declares it can do (:data:`NO_CAPABILITIES` when it declares nothing).
+
+    >>> from nlqo.llm.scripted import ScriptedLLM
+    >>> capabilities(ScriptedLLM([])).session
+    False
+    """
+    declared = getattr(llm, "capabilities", NO_CAPABILITIES)
+    if not isinstance(declared, Capabilities):
+        raise TypeError(f"{type(llm).__name__}.capabilities must be an nlqo.llm.base.Capabilities, not {type(declared).__name__}")
+    return declared
+
+
+def cache_identity(llm: Any) -> dict[str, Any]:
+    """The backend's declared cache identity, or ``{}``."""
+    return dict(llm.cache_identity()) if capabilities(llm).cache_identity else {}
 
 
 @attrs.frozen
@@ -60,10 +109,16 @@ class LLM(Protocol):
     """A text generator. Greedy decoding unless a backend documents otherwise.
 
     Implementations: :class:`nlqo.llm.scripted.ScriptedLLM` (tests), the local transformers
-    backend and the OpenAI-compatible HTTP backend.
+    backend and the OpenAI-compatible HTTP backend; more come as packages (entry points
+    ``nlqo.backends``, see :mod:`nlqo.llm.backends`). Optional abilities are declared in a
+    ``capabilities`` attribute (:class:`Capabilities`); the methods each one promises
+    (``session``, ``fork``, ``cache_identity``, ``prefix_cache=``) exist when it is declared.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The backend's name (in traces, records and response-cache keys)."""
+        ...
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
         """Continue raw ``prompt`` text."""
@@ -92,27 +147,23 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:
 
 
 def complete_reusing_prefix(llm: LLM, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
-    """``llm.complete``, asking backends that keep a prefix KV cache to reuse it (see :func:`chat_reusing_prefix`)."""
-    if _takes_prefix_cache(llm.complete):
+    """``llm.complete``, asking backends that declare a prefix KV cache to reuse it (see :func:`chat_reusing_prefix`)."""
+    if capabilities(llm).prefix_cache:
         return llm.complete(prompt, stop=stop, max_tokens=max_tokens, prefix_cache=True)  # type: ignore[call-arg]
     return llm.complete(prompt, stop=stop, max_tokens=max_tokens)
 
 
-def _takes_prefix_cache(method) -> bool:
-    import inspect
-
-    try:
-        return "prefix_cache" in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 def chat_reusing_prefix(llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
-    """``llm.chat``, asking backends that keep a prefix KV cache to reuse it.
+    """``llm.chat``, asking backends that declare a prefix KV cache to reuse it.
 
     Prompts of one kind share their instruction and demonstrations, so a local backend serves that
     common prefix from its cache; other backends are called as usual.
     """
-    if _takes_prefix_cache(llm.chat):
+    if capabilities(llm).prefix_cache:
         return llm.chat(messages, stop=stop, max_tokens=max_tokens, prefix_cache=True)  # type: ignore[call-arg]
     return llm.chat(messages, stop=stop, max_tokens=max_tokens)
+
+
+def forked(llm: LLM) -> LLM:
+    """A fork of ``llm`` when it declares one (its own prefix cache), else ``llm`` itself."""
+    return llm.fork() if capabilities(llm).fork else llm  # type: ignore[attr-defined]

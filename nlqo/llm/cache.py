@@ -21,7 +21,18 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from nlqo.llm.base import LLM, ChatMessage, Completion, Usage, chat_reusing_prefix, complete_reusing_prefix
+from nlqo.llm.base import (
+    LLM,
+    Capabilities,
+    ChatMessage,
+    Completion,
+    Usage,
+    cache_identity,
+    capabilities,
+    chat_reusing_prefix,
+    complete_reusing_prefix,
+    forked,
+)
 from nlqo.llm.constrain import Constraint, can_constrain, constrained_chat
 
 FORMAT = 1
@@ -51,9 +62,9 @@ def request_key(
 ) -> tuple[str, Any]:
     """The stable hash of a request and the request as stored (JSON-normalised).
 
-    The key covers the backend name, its ``cache_identity()`` (model and generation settings; a
-    backend without one contributes its ``model`` attribute), the method, the prompt or
-    messages, the stop strings (as a set), ``max_tokens`` and the constraint's key when there is one.
+    The key covers the backend name, its declared ``cache_identity()`` (model and generation
+    settings; ``{}`` for a backend that declares none), the method, the prompt or messages, the
+    stop strings (as a set), ``max_tokens`` and the constraint's key when there is one.
 
     >>> from nlqo.llm.scripted import ScriptedLLM
     >>> a, _ = request_key(ScriptedLLM([]), "complete", "Hi", ["\\n"], 8)
@@ -61,7 +72,7 @@ def request_key(
     >>> len(a), a == b
     (64, False)
     """
-    identity = llm.cache_identity() if hasattr(llm, "cache_identity") else {"model": getattr(llm, "model", None)}
+    identity = cache_identity(llm)
     request = {
         "format": FORMAT,
         "backend": llm.name,
@@ -103,9 +114,16 @@ class CachedLLM:
         return self.inner.name
 
     @property
-    def constrains(self) -> str | None:
-        """How the backend applies constraints, if it does (replies are cached per constraint)."""
-        return getattr(self.inner, "constrains", None) if can_constrain(self.inner) else None
+    def capabilities(self) -> Capabilities:
+        """The backend's, with prefix caching and forking always on offer (they pass through), and
+        its way of applying constraints (replies are cached per constraint)."""
+        inner = capabilities(self.inner)
+        return Capabilities(
+            prefix_cache=True, fork=True, concurrency=inner.concurrency, cache_identity=inner.cache_identity, constraint=inner.constraint
+        )
+
+    def cache_identity(self) -> dict[str, Any]:
+        return cache_identity(self.inner)
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
@@ -138,8 +156,7 @@ class CachedLLM:
     def fork(self) -> "CachedLLM":
         """The same cache folder over a fork of the backend (its own prefix KV cache) when it can
         fork, else over the backend itself; hit and miss counts start at zero."""
-        fork = getattr(self.inner, "fork", None)
-        return CachedLLM(fork() if callable(fork) else self.inner, self.directory)
+        return CachedLLM(forked(self.inner), self.directory)
 
     def path_of(self, key: str) -> Path:
         return self.directory / key[:2] / f"{key}.json"

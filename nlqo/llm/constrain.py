@@ -25,7 +25,6 @@ after the fact. :func:`constrained_chat` asks any backend; :func:`enforced` says
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import threading
 import time
@@ -35,7 +34,7 @@ import attrs
 import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
-from nlqo.llm.base import LLM, ChatMessage, Completion
+from nlqo.llm.base import LLM, ChatMessage, Completion, capabilities
 
 
 @attrs.frozen
@@ -278,29 +277,22 @@ def completion(text: str, usage, finish: str, matcher: Matcher | None) -> Comple
 # --- asking any backend -----------------------------------------------------------------------------
 
 
-def _takes(method: Any, name: str) -> bool:
-    try:
-        return name in inspect.signature(method).parameters
-    except (TypeError, ValueError):
-        return False
-
-
 TOKENS = "tokens"
-"""A backend's ``constrains`` when it applies grammars token by token in this process."""
+"""``Capabilities.constraint`` of a backend that applies grammars token by token in this process."""
 SERVER = "server"
-"""A backend's ``constrains`` when it passes grammars to a server."""
+"""``Capabilities.constraint`` of a backend that passes grammars to a server."""
 
 
 def can_constrain(llm: LLM) -> bool:
-    """Whether ``llm`` applies a constraint: token by token (the local runtimes) or by passing its
-    grammar to a server that takes one. Backends say which in a ``constrains`` property."""
-    return getattr(llm, "constrains", None) in (TOKENS, SERVER) and _takes(llm.chat, "constraint")
+    """Whether ``llm`` declares it applies a constraint: token by token (the local runtimes) or by
+    passing its grammar to a server that takes one (``Capabilities.constraint``)."""
+    return capabilities(llm).constraint in (TOKENS, SERVER)
 
 
 def token_level(llm: LLM) -> bool:
     """Whether ``llm`` applies constraints token by token, so every reply follows its grammar and
     a token budget the grammar cannot exceed may be given."""
-    return can_constrain(llm) and getattr(llm, "constrains", None) == TOKENS
+    return capabilities(llm).constraint == TOKENS
 
 
 def constrained_chat(
@@ -323,7 +315,7 @@ def constrained_chat(
     ('maybe', False)
     """
     options: dict[str, Any] = {}
-    if prefix_cache and _takes(llm.chat, "prefix_cache"):
+    if prefix_cache and capabilities(llm).prefix_cache:
         options["prefix_cache"] = True
     if constraint is not None and can_constrain(llm):
         options["constraint"] = constraint

@@ -14,16 +14,16 @@ OK ::= "ok"
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
 
 import lark
 
-try:  # Python 3.11+
-    from re import _constants as sre_constants  # type: ignore[attr-defined]
-    from re import _parser as sre_parse  # type: ignore[attr-defined]
-except ImportError:  # pragma: no cover - Python 3.10
-    import sre_constants  # type: ignore[no-redef]
-    import sre_parse  # type: ignore[no-redef]
+# The regex parser behind ``re`` (``re._parser`` from Python 3.11, ``sre_parse`` before).
+_NEW = sys.version_info >= (3, 11)
+sre_parse = importlib.import_module("re._parser" if _NEW else "sre_parse")
+sre_constants = importlib.import_module("re._constants" if _NEW else "sre_constants")
 
 
 def _char(code: int) -> str:

@@ -44,7 +44,7 @@ import attrs
 import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, llamacpp_tokenizer
 
 GGUF_MAGIC = b"GGUF"
@@ -146,6 +146,13 @@ class _Request:
     @property
     def prefilling(self) -> bool:
         return self.pos < len(self.ids)
+
+    @property
+    def seq(self) -> int:
+        """The KV sequence of the request's slot (it has one once admitted)."""
+        if self.slot is None:
+            raise LLMError("internal: a request without a slot reached the decoder")
+        return self.slot.seq
 
 
 class _Runtime:
@@ -364,7 +371,7 @@ class _Runtime:
             end = min(end, r.remember)
         end = min(end, r.pos + PREFILL_CHUNK)
         last = end == len(r.ids) and not r.generated  # forced tokens waiting: the decode batch computes them next
-        seq, start = r.slot.seq, r.pos
+        seq, start = r.seq, r.pos
         self._fill([(r.ids[p], p, seq, last and p == end - 1) for p in range(start, end)])
         r.pos = end
         if last:  # read the logits before anything else runs on the context
@@ -385,7 +392,7 @@ class _Runtime:
             done = r.pos - len(r.ids)
             run = r.generated[done : done + room]
             take = done + len(run) == len(r.generated)
-            seq, pos = r.slot.seq, r.pos
+            seq, pos = r.seq, r.pos
             for k, token in enumerate(run):
                 entries.append((token, pos + k, seq, take and k == len(run) - 1))
             fed.append((r, len(run), len(entries) - 1 if take else -1))
@@ -396,8 +403,8 @@ class _Runtime:
             r.pos += n
             if r.matcher is not None:
                 r.matcher.decode_ms += spent
-            if i >= 0 and (token := self._choose(r, i)) is not None:
-                self._take_safely(r, token)
+            if i >= 0 and (chosen := self._choose(r, i)) is not None:
+                self._take_safely(r, chosen)
 
     def _choose(self, r: _Request, i: int) -> int | None:
         """The greedy token at batch position ``i`` among those ``r``'s grammar allows (None: the
@@ -427,7 +434,7 @@ class _Runtime:
             if key in r.saved:
                 r.saved.move_to_end(key)
             return
-        ll, seq = self.ll, r.slot.seq
+        ll, seq = self.ll, r.seq
         size = ll.llama_state_seq_get_size(self.ctx, seq)
         buf = (ctypes.c_uint8 * size)()
         written = ll.llama_state_seq_get_data(self.ctx, buf, size, seq)
@@ -527,14 +534,14 @@ class LlamaCppLLM:
         return cls(runtime, name=name or path.stem, prefix_cache_size=prefix_cache_size)
 
     @property
+    def capabilities(self) -> Capabilities:
+        """Prefix reuse, sessions, forks, a cache identity, grammars applied token by token, and the slots as concurrency."""
+        return Capabilities(prefix_cache=True, session=True, fork=True, concurrency=self.runtime.n_seq, cache_identity=True, constraint=TOKENS)
+
+    @property
     def concurrency(self) -> int:
         """Requests decoded together in one batch (the context's slots)."""
         return self.runtime.n_seq
-
-    @property
-    def constrains(self) -> str:
-        """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
-        return TOKENS
 
     @property
     def threads(self) -> int:

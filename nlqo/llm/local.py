@@ -35,13 +35,13 @@ import inspect
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import attrs
 import torch
 
 from nlqo.errors import LLMError, ModelNotAvailable
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
 
 
@@ -114,6 +114,10 @@ class TransformersLLM:
     :func:`nlqo.models.load_local` (bundled names, GGUF files, hub ids).
     """
 
+    capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint=TOKENS)
+    """Prefix KV cache, KV sessions, forks, grammars applied token by token; one generation at a
+    time (a lock serializes them)."""
+
     model: Any
     tokenizer: Any
     name: str = "local"
@@ -131,7 +135,7 @@ class TransformersLLM:
     def __attrs_post_init__(self) -> None:
         self._eos = _end_tokens(self.model, self.tokenizer)
         self._grammar_tokenizer = LazyTokenizer(
-            lambda: hf_tokenizer(self.tokenizer, n_vocab=max(self.model.config.vocab_size, len(self.tokenizer)), eos=self._eos)
+            lambda: hf_tokenizer(self.tokenizer, n_vocab=max(self.model.config.vocab_size, len(self.tokenizer)), eos=sorted(self._eos))
         )
         params = inspect.signature(self.model.forward).parameters
         self._forward_kwargs = {"use_cache": True}
@@ -166,11 +170,6 @@ class TransformersLLM:
     def concurrency(self) -> int:
         """Generations that run at once: one (a lock serializes them)."""
         return 1
-
-    @property
-    def constrains(self) -> str:
-        """Grammars are applied token by token (``constraint=``, :mod:`nlqo.llm.constrain`)."""
-        return TOKENS
 
     # --- text <-> tokens ---------------------------------------------------------------------
 
@@ -350,6 +349,7 @@ class TransformersLLM:
         if cached < len(ids) or first:
             logits = self._forward(cache, ids[cached:] + list(first))
         generated: list[int] = list(first)
+        assert logits is not None  # at least the last prompt token is computed
         while True:
             if matcher is None:
                 token = int(torch.argmax(logits))

@@ -24,7 +24,7 @@ import attrs
 
 from nlqo import __version__
 from nlqo.errors import LLMError
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.constrain import SERVER, ConstrainedCompletion, Constraint
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -73,6 +73,7 @@ class OpenAICompatLLM:
     >>> llm.api_base, llm.temperature
     ('http://127.0.0.1:8080/v1', 0.0)
     """
+
 
     base_url: str
     """Server URL, e.g. ``http://127.0.0.1:8000/v1``; a bare host gets ``/v1``."""
@@ -140,9 +141,10 @@ class OpenAICompatLLM:
         }
 
     @property
-    def constrains(self) -> str | None:
-        """``"server"`` when a constraint's grammar is passed to the server (see ``grammar_field``)."""
-        return None if self.grammar_field is None else SERVER
+    def capabilities(self) -> Capabilities:
+        """A cache identity (the server's own prefix caching needs nothing from nlqo), and
+        constraints passed to the server when ``grammar_field`` names where."""
+        return Capabilities(cache_identity=True, constraint=None if self.grammar_field is None else SERVER)
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
         if self.complete_via_chat:
@@ -159,11 +161,12 @@ class OpenAICompatLLM:
 
     def _generate(self, path: str, body: dict[str, Any], stop: Sequence[str], max_tokens: int, constraint: Constraint | None = None) -> Completion:
         body = {**self.extra_body, **body, "model": self.model, "max_tokens": max_tokens, "temperature": self.temperature}
-        with_grammar = constraint is not None and self.grammar_field is not None
-        if with_grammar:
+        with_grammar = False
+        if constraint is not None and self.grammar_field is not None:
             from nlqo.llm.gbnf import to_gbnf
 
             body[self.grammar_field] = to_gbnf(constraint.single)
+            with_grammar = True
         if self.seed is not None:
             body["seed"] = self.seed
         sent = [s for s in stop if s][: self.max_stop_sequences]

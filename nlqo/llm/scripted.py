@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import attrs
 
 from nlqo.errors import LLMError
-from nlqo.llm.base import ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 
 Reply = str | Callable[[str], str]
 
@@ -32,7 +32,13 @@ class ScriptedLLM:
     default: Reply | None = None
     name: str = "scripted"
     calls: list[str] = attrs.field(factory=list)
+    concurrency: int = 1
+    """Declared as its ``capabilities.concurrency`` (tests of the lowering set it)."""
     _served: dict[int, int] = attrs.field(factory=dict)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(concurrency=self.concurrency)
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
         self.calls.append(prompt)

@@ -1,6 +1,6 @@
 """Sessions: a growing text that fixed segments are appended to and the model continues.
 
-Backends with KV-cache access (the local transformers backend) provide ``llm.session(prefix)``
+Backends that declare ``Capabilities(session=True)`` (the local transformers backend) provide ``llm.session(prefix)``
 that keeps the model state between calls. :class:`TextSession` is the fallback for every other
 backend: it keeps only the text and sends all of it on each generation, so nothing is served from
 a cache (this is also the "KV reuse off" ablation).
@@ -12,7 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import attrs
 
-from nlqo.llm.base import LLM, Completion
+from nlqo.llm.base import LLM, Completion, capabilities
 
 
 @runtime_checkable
@@ -29,6 +29,18 @@ class Session(Protocol):
         ...
 
     def fork(self) -> "Session": ...
+
+
+@runtime_checkable
+class TokenSession(Session, Protocol):
+    """A session over token ids with a live KV state (the local backends' sessions)."""
+
+    @property
+    def token_ids(self) -> tuple[int, ...]: ...
+
+    def truncate(self, length: int) -> None:
+        """Forget every token after the first ``length``."""
+        ...
 
 
 @attrs.define(eq=False)
@@ -55,8 +67,8 @@ class TextSession:
 
 
 def open_session(llm: LLM, prefix: str, *, kv_reuse: bool = True) -> Session:
-    """A KV session when the backend has one and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
-    if kv_reuse and hasattr(llm, "session"):
+    """A KV session when the backend declares sessions and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
+    if kv_reuse and capabilities(llm).session:
         return llm.session(prefix)  # type: ignore[attr-defined]
     session = TextSession(llm)
     session.append(prefix)

@@ -99,7 +99,7 @@ def load_llm(
     sets torch's thread count for the process when given.
     """
     chosen, gguf = choose_runtime(name_or_path, runtime, quantize=quantize, cache_dir=cache_dir, progress=progress)
-    if chosen == "llama-cpp":
+    if chosen == "llama-cpp" and gguf is not None:
         from nlqo.llm.llamacpp import LlamaCppLLM
 
         return LlamaCppLLM.load(gguf, name=str(name_or_path), threads=threads, prefix_cache_size=prefix_cache_size)

@@ -59,7 +59,7 @@ def _staging_prefix(dest: Path) -> str:
 
 def remove_stale_staging(dest: Path) -> list[Path]:
     """Remove staging directories for ``dest`` whose process is gone; return them."""
-    removed = []
+    removed: list[Path] = []
     prefix = _staging_prefix(dest)
     if not dest.parent.is_dir():
         return removed

@@ -4,56 +4,93 @@ Every tree decomposes uniquely as its root plus child subtrees attached one at a
 increasing node order, so the search grows a tree by making the root of a finished sub-plan a
 child of the root of another, on disjoint atom sets, only along edges of the join graph (the
 disjointness check is the cycle check). A sub-plan is kept per (atom set, root, root's children)
-as a Pareto frontier over the structural quantities a later join can change: height, imbalance,
-realised relation edges, and the tallest and shortest child of the root. For any cost model that
-grows with height and imbalance and shrinks with edges and size (the structural model), this keeps
-an optimal tree; the semantic term then chooses among the surviving complete trees.
+with its structural summary (:class:`nlqo.cost.shape.Shape`, grown by the same ``attach`` the
+metrics use). Sub-plans are pruned by dominance in the directions the cost model declares
+(:class:`Order`): a quantity the cost only grows with is minimised, one it only shrinks with is
+maximised, and one it moves with both ways (or through the spread of child heights) must match
+exactly before one sub-plan may replace another. For a cost model made only of declared
+structural metrics the surviving complete trees therefore include an optimal one; a beam that
+cuts a frontier or a budget that runs out makes the search inexact, and the result says so.
 """
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator, Mapping
 
 import attrs
 
+from nlqo.cost.shape import LEAF, ROOT, Shape, attach, finished
 from nlqo.optimizer.graph import JoinGraph
 
-_INF = 1 << 30
+_EQUAL = 0
+Score = Callable[[Shape], float]
+PROBES_PER_PAIR = 10
+"""The search also stops after ``PROBES_PER_PAIR * budget`` looks for a join partner, found or not."""
+
+
+@attrs.frozen
+class Order:
+    """How sub-plans compare: ``(field, mode)`` per quantity, mode +1 keep low, -1 keep high, 0 must be equal.
+
+    >>> Order.of({"height": 1, "imbalance": 1, "edges": -1}).finished
+    (('height', 0), ('imbalance', 1), ('edges', -1))
+    >>> Order.of({"height": -1}).partial
+    (('max_child', -1),)
+    """
+
+    finished: tuple[tuple[str, int], ...]
+    """Dimensions of a sub-plan that is complete below its root (a candidate child)."""
+    partial: tuple[tuple[str, int], ...]
+    """Dimensions of a sub-plan whose root may still get children."""
+
+    @classmethod
+    def of(cls, directions: Mapping[str, int | None]) -> "Order":
+        def mode(field: str) -> int:
+            d = directions[field]
+            return _EQUAL if d is None else d
+
+        plain = [(f, mode(f)) for f in ("imbalance", "edges", "leaves") if f in directions]
+        if "imbalance" in directions:  # a child's height moves the spread under its parent both ways
+            tall: int | None = _EQUAL
+        elif "height" in directions:
+            tall = mode("height")
+        else:
+            tall = None
+        short = [("min_child", -mode("imbalance") if directions["imbalance"] is not None else _EQUAL)] if "imbalance" in directions else []
+        return cls(
+            finished=tuple(([("height", tall)] if tall is not None else []) + plain),
+            partial=tuple(([("max_child", tall)] if tall is not None else []) + short + plain),
+        )
 
 
 @attrs.frozen
 class Entry:
     """One sub-plan: its structural summary and its (child index, parent index) pairs."""
 
-    height: int
-    imbalance: int
-    edges: int
-    max_child: int
-    min_child: int
+    shape: Shape
     parent: tuple[tuple[int, int], ...]
 
-    def vector(self) -> tuple[int, int, int, int, int]:
-        return (self.height, self.imbalance, -self.edges, self.max_child, -self.min_child)
 
-    def score(self) -> int:
-        return self.height + self.imbalance - self.edges
-
-
-def _dominates(a: tuple, b: tuple) -> bool:
-    return all(x <= y for x, y in zip(a, b))
+def _split(shape: Shape, dims: tuple[tuple[str, int], ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    equal = tuple(getattr(shape, f) for f, m in dims if m == _EQUAL)
+    ordered = tuple(m * getattr(shape, f) for f, m in dims if m != _EQUAL)
+    return equal, ordered
 
 
-def _insert(frontier: list[Entry], new: Entry, beam: int) -> tuple[list[Entry], int]:
+Frontier = list[tuple[tuple[int, ...], tuple[int, ...], Entry]]
+
+
+def _insert(frontier: Frontier, new: Entry, dims: tuple[tuple[str, int], ...], beam: int, score: Score) -> tuple[Frontier, int]:
     """Add ``new`` unless dominated; drop what it dominates; keep at most ``beam``. Returns dropped-by-beam."""
-    v = new.vector()
-    for e in frontier:
-        if _dominates(e.vector(), v):
+    eq, vec = _split(new.shape, dims)
+    for e_eq, e_vec, _ in frontier:
+        if e_eq == eq and all(x <= y for x, y in zip(e_vec, vec)):
             return frontier, 0
-    kept = [e for e in frontier if not _dominates(v, e.vector())]
-    kept.append(new)
+    kept = [f for f in frontier if not (f[0] == eq and all(x <= y for x, y in zip(vec, f[1])))]
+    kept.append((eq, vec, new))
     if len(kept) <= beam:
         return kept, 0
-    kept.sort(key=lambda e: (e.score(), e.vector(), e.parent))
+    kept.sort(key=lambda f: (score(f[2].shape), f[1], f[0], f[2].parent))
     return kept[:beam], len(kept) - beam
 
 
@@ -68,35 +105,50 @@ class DPResult:
     """True when the pair budget ran out before the search finished."""
 
 
-def _high_bit(mask: int) -> int:
-    return mask.bit_length() - 1
+def search(
+    graph: JoinGraph,
+    *,
+    budget: int = 50_000,
+    beam: int = 32,
+    directions: Mapping[str, int | None] | None = None,
+    score: Score | None = None,
+) -> DPResult:
+    """Run the DP; ``budget`` caps sub-plan pairs considered (and, ten times over, the looks for them), ``beam`` caps each frontier.
 
-
-def search(graph: JoinGraph, *, budget: int = 50_000, beam: int = 32) -> DPResult:
-    """Run the DP; ``budget`` caps sub-plan pairs considered, ``beam`` caps each frontier."""
+    ``directions`` come from :meth:`nlqo.cost.CostModel.directions` (default: the structural
+    model's); ``score`` orders a frontier when the beam cuts it (default: height + imbalance - edges).
+    """
+    order = Order.of(directions if directions is not None else {"edges": -1, "height": 1, "imbalance": 1, "size": -1})
+    score = score or (lambda s: s.height + s.imbalance - s.edges)
     n = graph.n
-    # states[size][(mask, root, childmask)] -> frontier
-    states: list[dict[tuple[int, int, int], list[Entry]]] = [dict() for _ in range(n + 1)]
-    # finished sub-plans usable as a child: subs[size][root] -> list of (mask, frontier over h, imb, -edges)
-    subs: list[dict[int, list[tuple[int, list[Entry]]]]] = [dict() for _ in range(n + 1)]
+    # states[size][(mask, root, childmask)] -> frontier of partial sub-plans
+    states: list[dict[tuple[int, int, int], Frontier]] = [dict() for _ in range(n + 1)]
+    # finished sub-plans usable as a child: subs[size][root] -> list of (mask, frontier)
+    subs: list[dict[int, list[tuple[int, Frontier]]]] = [dict() for _ in range(n + 1)]
     for v in range(n):
-        leaf = Entry(0, 0, 0, -1, _INF, ())
-        states[1][(1 << v, v, 0)] = [leaf]
-    pairs = dropped = 0
+        start = Entry(ROOT if v == 0 else LEAF, ())
+        states[1][(1 << v, v, 0)] = [(*_split(start.shape, order.partial), start)]
+    parents = [[p for p in range(n) if graph.allowed[p] >> c & 1] for c in range(n)]
+    # by_root[size][root] -> (mask, childmask) of the partial sub-plans of that size
+    by_root: list[dict[int, list[tuple[int, int]]]] = [dict() for _ in range(n + 1)]
+    for m, r, cm in states[1]:
+        by_root[1].setdefault(r, []).append((m, cm))
+    pairs = dropped = probes = 0
     exhausted = False
-    for size in range(1, n + 1):
-        if size > 1:
-            for a in range(1, size):
-                b = size - a
-                for (m1, r, cm), frontier_a in list(states[a].items()):
-                    start = _high_bit(cm) + 1 if cm else 1
-                    options = graph.allowed[r] >> start << start
-                    while options:
-                        c = _high_bit(options & -options)
-                        options &= options - 1
-                        if m1 >> c & 1:
+    for size in range(2, n + 1):
+        # finished sub-plans one size smaller become joinable children
+        dropped += _finish(states[size - 1], subs[size - 1], order, beam, score)
+        for a in range(1, size):
+            for c, children in sorted(subs[size - a].items()):
+                for r in parents[c]:
+                    probes += 1
+                    for m1, cm in by_root[a].get(r, ()):
+                        probes += 1
+                        if m1 >> c & 1 or cm.bit_length() > c:  # children attach in increasing order
                             continue
-                        for m2, frontier_b in subs[b].get(c, ()):
+                        frontier_a = states[a][(m1, r, cm)]
+                        links = bin(graph.siblings[c] & cm).count("1")
+                        for m2, frontier_b in children:
                             if m1 & m2:
                                 continue
                             pairs += 1
@@ -105,49 +157,50 @@ def search(graph: JoinGraph, *, budget: int = 50_000, beam: int = 32) -> DPResul
                                 break
                             key = (m1 | m2, r, cm | 1 << c)
                             bucket = states[size].setdefault(key, [])
-                            sib = bin(graph.siblings[c] & cm).count("1")
-                            for ea in frontier_a:
-                                for eb in frontier_b:
-                                    max_child = max(ea.max_child, eb.height)
-                                    min_child = min(ea.min_child, eb.height)
-                                    entry = Entry(
-                                        height=max(ea.height, eb.height + 1),
-                                        imbalance=max(ea.imbalance, eb.imbalance, max_child - min_child if cm else 0),
-                                        edges=ea.edges + eb.edges + 1 + sib,
-                                        max_child=max_child,
-                                        min_child=min_child,
-                                        parent=ea.parent + eb.parent + ((c, r),),
-                                    )
-                                    bucket, lost = _insert(bucket, entry, beam)
+                            for _, _, ea in frontier_a:
+                                for _, _, eb in frontier_b:
+                                    entry = Entry(attach(ea.shape, eb.shape, links), ea.parent + eb.parent + ((c, r),))
+                                    bucket, lost = _insert(bucket, entry, order.partial, beam, score)
                                     dropped += lost
                             states[size][key] = bucket
                         if exhausted:
                             break
                     if exhausted:
                         break
+                if probes > PROBES_PER_PAIR * budget:  # looking for pairs costs too, even where none is found
+                    exhausted = True
                 if exhausted:
                     break
+            if exhausted:
+                break
+        for m, r, cm in states[size]:
+            by_root[size].setdefault(r, []).append((m, cm))
         if exhausted:
             break
-        # finished sub-plans of this size become joinable children
-        by_root: dict[tuple[int, int], list[Entry]] = {}
-        for (m, r, _), frontier in states[size].items():
-            if r == 0:
-                continue
-            bucket = by_root.setdefault((m, r), [])
-            for e in frontier:
-                summary = attrs.evolve(e, max_child=0, min_child=0)
-                bucket, lost = _insert(bucket, summary, beam)
-            by_root[(m, r)] = bucket
-        for (m, r), frontier in by_root.items():
-            subs[size].setdefault(r, []).append((m, frontier))
     complete: dict[int, list[Entry]] = {}
     for level in states:
         for (m, r, _), frontier in level.items():
             if r == 0:
-                complete.setdefault(m, []).extend(frontier)
+                complete.setdefault(m, []).extend(e for _, _, e in frontier)
     subsets = len({m for level in states for (m, _, _) in level})
     return DPResult(complete=complete, subsets=subsets, pairs=min(pairs, budget), beam_dropped=dropped, exhausted=exhausted)
+
+
+def _finish(level: dict[tuple[int, int, int], Frontier], out: dict[int, list[tuple[int, Frontier]]], order: Order, beam: int, score: Score) -> int:
+    """File the finished sub-plans of one size under their roots; returns how many the beam cut."""
+    dropped = 0
+    by_root: dict[tuple[int, int], Frontier] = {}
+    for (m, r, _), frontier in level.items():
+        if r == 0:
+            continue
+        bucket = by_root.setdefault((m, r), [])
+        for _, _, e in frontier:
+            bucket, lost = _insert(bucket, Entry(finished(e.shape), e.parent), order.finished, beam, score)
+            dropped += lost
+        by_root[(m, r)] = bucket
+    for (m, r), frontier in by_root.items():
+        out.setdefault(r, []).append((m, frontier))
+    return dropped
 
 
 def iter_best(result: DPResult) -> Iterator[tuple[int, Entry]]:

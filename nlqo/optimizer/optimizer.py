@@ -16,18 +16,24 @@ from typing import Sequence
 import attrs
 
 from nlqo.cost import CostContext, CostModel, load_cost_model
+from nlqo.errors import LimitError, OptimizeError
 from nlqo.ir import Query
+from nlqo.kinds import RelationSource
 from nlqo.llm.base import LLM, Usage
 from nlqo.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.optimizer import dp
-from nlqo.optimizer.graph import JoinGraph, join_graph
+from nlqo.optimizer.graph import JoinGraph, join_graph, parents_of
 from nlqo.optimizer.greedy import greedy
 from nlqo.optimizer.verify import verify
 from nlqo.passages import Embedder
-from nlqo.plan import ROOT, Cost, Plan, SearchStats, Tree, textualise
+from nlqo.pins import check_pins
+from nlqo.plan import ROOT, Cost, LeftOut, Plan, SearchStats, Tree
 from nlqo.prompts import planning
 from nlqo.relations import RelationCache, Relations, llm_asker, resolve
 from nlqo.rewrite import Rule, load_rules, rewrite
+
+MAX_ATOMS = 1000
+"""Atoms the optimizer plans by default; pair relations grow with the square of the count."""
 
 
 YES_NO = choice(("yes", "no"), name="yes-no")
@@ -52,13 +58,22 @@ class Optimizer:
     context_merge: bool = False
     """Ask the LLM to confirm LLM-decided edges of the chosen plan, with the plan in the prompt."""
     max_merge_rounds: int = 3
+    max_atoms: int = MAX_ATOMS
+    """Queries with more atoms are refused with a :class:`LimitError` before any work."""
     constrained: bool = True
     """Constrain relation and merge-check replies to their allowed words where the LLM can."""
 
     def optimize(self, query: Query) -> Plan:
         started = time.perf_counter()
+        if len(query.atoms) > self.max_atoms:
+            raise LimitError(
+                f"the query has {len(query.atoms)} atoms, more than the optimizer plans ({self.max_atoms}; "
+                "raise it with --max-atoms N or Optimizer(max_atoms=N))"
+            )
+        check_pins(query.relations, source="<query>")
         program = rewrite(query, self.rules if self.rules is not None else load_rules())
         q = program.query
+        check_pins(q.relations, source="<query after the rewrite rules>")
         relations = resolve(q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache)
         graph = join_graph(q, relations.table)
         ctx = CostContext(q, relations.table, self.embedder)
@@ -69,6 +84,8 @@ class Optimizer:
             tree, cost, search_stats = self._search(q, graph, ctx)
             if search_stats.fallback:
                 warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
+            elif search_stats.beam_dropped:
+                warnings.append(f"the DP's beam ({self.beam} sub-plans a frontier) cut {search_stats.beam_dropped}: the plan may not be the cheapest")
             if not (self.context_merge and self.llm is not None):
                 break
             rejected, checks, usage = self._check_merges(q, tree, relations)
@@ -80,9 +97,13 @@ class Optimizer:
             warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
             graph = graph.without(*rejected)
         placed = {c for c, _ in tree.parent}
-        left_out = tuple(a for a in q.ids if a not in placed)
-        if left_out:
-            warnings.append(f"no valid tree includes {', '.join(left_out)}: planned the largest joinable set")
+        unplaced = [a for a in q.ids if a not in placed]
+        if q.atoms and not placed:
+            reasons = "; ".join(f"{a}: {_why_left_out(a, placed, graph)}" for a in unplaced)
+            raise OptimizeError(f"no atom can hang under the question, so there is nothing to plan ({reasons})")
+        if unplaced:
+            warnings.append(f"no valid tree includes {', '.join(unplaced)}: planned the largest joinable set")
+        left_out = program.left_out + tuple(LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced)
         stats = attrs.evolve(
             search_stats,
             planning_ms=(time.perf_counter() - started) * 1000,
@@ -107,10 +128,11 @@ class Optimizer:
         return verify(plan, graph)
 
     def _search(self, q: Query, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
-        result = dp.search(graph, budget=self.budget, beam=self.beam)
+        model = self.cost_model
+        result = dp.search(graph, budget=self.budget, beam=self.beam, directions=model.directions(), score=model.shape_cost)
         order = graph.ids
         if result.exhausted:
-            parents = [greedy(graph)]
+            parents = [greedy(graph, model.shape_cost)]
         else:
             parents = [dict(e.parent) for _, e in dp.iter_best(result)] or [{}]
         best: tuple | None = None
@@ -121,12 +143,24 @@ class Optimizer:
             if best is None or key < best[0]:
                 best = (key, tree, cost)
         assert best is not None
+        because = []
+        if result.exhausted:
+            because.append(f"the DP's budget of {self.budget} sub-plan pairs ran out (greedy fallback)")
+        if result.beam_dropped:
+            because.append(f"the beam of {self.beam} cut {result.beam_dropped} sub-plans")
+        if model.semantic:
+            because.append(f"the search cannot prune on {', '.join(sorted(model.semantic))} (not declared structural)")
         stats = SearchStats(
             subsets=result.subsets,
             pairs=result.pairs,
             fallback=result.exhausted,
             method="greedy" if result.exhausted else "dp",
             candidates=len(parents),
+            budget=self.budget,
+            beam=self.beam,
+            beam_dropped=result.beam_dropped,
+            exact=not because,
+            inexact_because=tuple(because),
         )
         return best[1], best[2], stats
 
@@ -143,15 +177,17 @@ class Optimizer:
             if parent == ROOT:
                 continue
             pair = (parent, child) if (parent, child) in relations.source else (child, parent)
-            if relations.source.get(pair) in ("pinned", "inferred"):
+            if relations.source.get(pair) in (RelationSource.PINNED, RelationSource.INFERRED):
                 continue
             key = f"merge\t{plan_text}\t{parent}\t{child}"
             verdict = self.cache.entries.get(key) if self.cache is not None else None
             if verdict is None:
                 prompt = planning.MERGE
                 messages = prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text())
-                constraint = YES_NO if self.constrained and can_constrain(self.llm) else None
-                reply = constrained_chat(self.llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False)
+                llm = self.llm
+                assert llm is not None  # merge checks run only with an LLM
+                constraint = YES_NO if self.constrained and can_constrain(llm) else None
+                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False)
                 checks += 1
                 usage = usage + reply.usage
                 verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"
@@ -160,6 +196,16 @@ class Optimizer:
             if verdict == "no":
                 return (parent, child), checks, usage
         return None, checks, usage
+
+
+def _why_left_out(atom: str, placed: set[str], graph: JoinGraph) -> str:
+    parents = parents_of(graph, atom)
+    if not parents:
+        return "no valid tree includes it: its relations allow it under no node (no pair with it is parent/child, and it mentions no answer variable)"
+    missing = [p for p in parents if p != ROOT and p not in placed]
+    if missing and len(missing) == len(parents):
+        return f"no valid tree includes it: it may only hang under {', '.join(missing)}, which the plan does not hold"
+    return "no valid tree includes it"
 
 
 def optimize(query: Query, **options) -> Plan:

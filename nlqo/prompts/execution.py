@@ -31,6 +31,26 @@ class LinearTemplate:
     passage_words: int = 80
     """Passages are cut to this many words in the prompt."""
 
+    @property
+    def scaffold(self) -> str:
+        """The prefix without its closing line breaks: the part computed once and reused.
+
+        The line breaks go with the first segment (:meth:`opening`) so that the token boundary
+        between the two is the one the whole text has: tokenizers merge "\\n\\n" at the end of a
+        text into one token but split it before a word.
+
+        >>> t = LinearTemplate(prefix="Intro.\\n\\n")
+        >>> t.scaffold, t.opening("Q?")
+        ('Intro.', '\\n\\nMain Question: Q?\\n')
+        >>> t.scaffold + t.opening("Q?") == t.prefix + t.main.format(question="Q?")
+        True
+        """
+        return self.prefix.rstrip("\n")
+
+    def opening(self, question: str) -> str:
+        """The line breaks that close the prefix, then the main question."""
+        return self.prefix[len(self.scaffold) :] + self.main.format(question=question)
+
     def facts_clause(self, facts: list[str]) -> str:
         if not facts:
             return ""

@@ -14,19 +14,29 @@ from typing import Callable, Sequence
 import attrs
 
 from nlqo.errors import ConfigError
-from nlqo.ir import Query
+from nlqo.ir import Atom, Query
+from nlqo.plan import LeftOut
 from nlqo.resources import find
 
 
 @attrs.frozen
 class Program:
-    """A query on its way through the rewrite rules, with the warnings they raised."""
+    """A query on its way through the rewrite rules, with the warnings they raised and the atoms they took out."""
 
     query: Query
     warnings: tuple[str, ...] = ()
+    left_out: tuple[LeftOut, ...] = ()
+    """Atoms a rule removed from ``query``, with the reason; the plan reports them."""
 
     def warn(self, message: str) -> "Program":
         return attrs.evolve(self, warnings=(*self.warnings, message))
+
+    def took_out(self, atom: Atom, reason: str) -> "Program":
+        """Record that a rule removed ``atom`` (also as a warning); the rule removes it from the query itself."""
+        return attrs.evolve(
+            self.warn(f"{reason}: {atom.id} ({atom.text()})"),
+            left_out=(*self.left_out, LeftOut(atom.id, reason, atom.text())),
+        )
 
 
 Rule = Callable[[Program], Program]

@@ -1,4 +1,4 @@
-"""Drop atoms with no variable path to the answer."""
+"""Drop atoms with no path to the answer through shared variables or pinned relations."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ from nlqo.rewrite import Program
 
 
 def drop_unreachable(program: Program) -> Program:
-    """Atoms that share no chain of variables with the answer cannot contribute to it.
+    """Atoms linked to the answer by no chain of shared variables and pinned relations cannot contribute to it.
 
     >>> from nlqo.syntax import parse
     >>> q = parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?x, "capital of", "France")\\nanswer ?d')
     >>> p = drop_unreachable(Program(q))
     >>> [a.id for a in p.query.atoms], p.warnings
-    (['q1'], ('dropped atom q2 (no variable path to the answer): ?x capital of France',))
+    (['q1'], ('no path to the answer through shared variables or pinned relations: q2 (?x capital of France)',))
     """
     q = program.query
     depth = depths(q)
@@ -23,7 +23,7 @@ def drop_unreachable(program: Program) -> Program:
     if not gone:
         return program
     for a in gone:
-        program = program.warn(f"dropped atom {a.id} (no variable path to the answer): {a.text()}")
+        program = program.took_out(a, "no path to the answer through shared variables or pinned relations")
     ids = {a.id for a in gone}
     query = attrs.evolve(
         q,

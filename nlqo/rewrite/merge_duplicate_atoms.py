@@ -21,7 +21,7 @@ def merge_duplicate_atoms(program: Program) -> Program:
     >>> q = parse('q1 = (?x, "born in", "Paris")\\nq2 = (?x, "Born in", "paris")\\nanswer q2')
     >>> p = merge_duplicate_atoms(Program(q))
     >>> [a.id for a in p.query.atoms], p.query.answer, p.warnings
-    (['q1'], ('q1',), ('merged duplicate atom q2 into q1',))
+    (['q1'], ('q1',), ('merged into q1 (the same triple): q2 (?x Born in paris)',))
     """
     q = program.query
     first: dict[tuple, str] = {}
@@ -31,7 +31,7 @@ def merge_duplicate_atoms(program: Program) -> Program:
         k = _key(a)
         if k in first:
             rename[a.id] = first[k]
-            program = program.warn(f"merged duplicate atom {a.id} into {first[k]}")
+            program = program.took_out(a, f"merged into {first[k]} (the same triple)")
         else:
             first[k] = a.id
             atoms.append(a)

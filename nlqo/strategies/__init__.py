@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
+from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.execute.trace import RunResult, Trace
 from nlqo.llm.base import LLM
@@ -119,9 +120,10 @@ class Named:
 
 
 def build_strategy(
-    name: str, llm: LLM, retriever: Retriever, *, embedder: Embedder | None = None, k: int = 3, **options: Any
+    name: str, llm: LLM, retriever: Retriever, *, embedder: Embedder | None = None, k: int = 3, config: EngineConfig | None = None, **options: Any
 ) -> Strategy:
-    """The strategy called ``name`` (options in brackets merge with ``options``)."""
+    """The strategy called ``name`` (options in brackets merge with ``options``); nlqo's own
+    strategies start from ``config`` (the bench's shared planning options)."""
     base, spec_options = parse_spec(name)
     options = {**spec_options, **options}
     full = spec_name(base, options)
@@ -137,7 +139,7 @@ def build_strategy(
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"strategy {full!r}: {exc}") from exc
     elif base in PLANNED:
-        strategy = _planned(base)(llm, retriever, embedder=embedder, k=k, **options)
+        strategy = _planned(base)(llm, retriever, embedder=embedder, k=k, config=config, **options)
     else:
         raise ConfigError(f"unknown strategy {base!r} (choose from {', '.join(STRATEGIES)})")
     return strategy if full == base else Named(full, strategy)

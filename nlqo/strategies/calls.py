@@ -11,6 +11,7 @@ import time
 from typing import Iterable, Sequence
 
 from nlqo.execute.trace import PassageRef, Step, Trace
+from nlqo.kinds import StepKind
 from nlqo.llm.base import LLM, chat_reusing_prefix, complete_reusing_prefix
 from nlqo.passages import Hit, Retriever
 from nlqo.prompts import Prompt
@@ -44,9 +45,9 @@ def retrieve(retriever: Retriever, query: str, k: int, trace: Trace, node: str) 
 
 def stop(trace: Trace, node: str, reason: str) -> str:
     """Record why the strategy stopped; return the reason."""
-    trace.record(Step(node=node, kind="stop", text=reason))
+    trace.record(Step(node=node, kind=StepKind.STOP, text=reason))
     return reason
 
 
 def refs(hits: Iterable[Hit]) -> tuple[PassageRef, ...]:
-    return tuple(PassageRef(h.passage.id, h.passage.title, float(h.score)) for h in hits)
+    return tuple(PassageRef.from_hit(h) for h in hits)

@@ -1,0 +1,148 @@
+"""Build the engine's parts from one :class:`~nlqo.config.EngineConfig`: the one place that loads
+the LLM, opens the index, reads the cost model and rules, and assembles the optimizer and engine.
+
+The CLI commands (``plan``, ``ask``, ``explain``, ``bench``, ``parse``), the bench's strategies and
+:meth:`nlqo.Engine.from_config` all come through here, so one option means the same everywhere.
+Parts passed in (``llm=``, ``retriever=``, ``embedder=``) are used instead of loading them.
+
+>>> from nlqo.config import EngineConfig
+>>> build_optimizer(EngineConfig(cost_model="structural", budget=500)).budget
+500
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from nlqo.config import EngineConfig
+from nlqo.errors import ConfigError
+from nlqo.llm.backends import load_llm
+
+if TYPE_CHECKING:
+    from nlqo.cost import CostModel
+    from nlqo.execute.engine import Engine
+    from nlqo.execute.lower import BackendProfile
+    from nlqo.llm.base import LLM
+    from nlqo.optimizer import Optimizer
+    from nlqo.passages import Embedder, Retriever
+
+DEFAULT_EMBEDDER = "all-minilm-l6-v2"
+
+
+def load_model(config: EngineConfig) -> "LLM":
+    """The LLM ``config`` names (the only call of :func:`nlqo.llm.backends.load_llm`)."""
+    if config.model is None:
+        raise ConfigError("no model configured (EngineConfig.model is None)")
+    return load_llm(config.model, runtime=config.runtime, quantize=config.quantize, threads=config.threads)
+
+
+def load_cost(config: EngineConfig) -> "CostModel":
+    from nlqo.cost import load_cost_model
+
+    model = load_cost_model(config.cost_model, path=config.path)
+    return model.with_params(**config.param_dict) if config.params else model
+
+
+def set_threads(threads: int | None) -> None:
+    """Set torch's CPU thread count for this process (the embedder's; a local LLM's too), when given."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def load_embedder(name: str) -> "Embedder":
+    from nlqo.embed import SentenceEmbedder
+
+    return SentenceEmbedder.load(name)
+
+
+def build_optimizer(config: EngineConfig, *, llm: "LLM | None" = None, embedder: "Embedder | None" = None) -> "Optimizer":
+    """The optimizer ``config`` describes; ``llm`` is asked about undecided atom pairs.
+
+    An embedder is loaded (``config.embedder``, default all-minilm-l6-v2) only when the cost model
+    uses ``similarity`` and none is passed.
+    """
+    from nlqo.optimizer import Optimizer
+    from nlqo.relations import RelationCache
+    from nlqo.rewrite import load_rules
+
+    model = load_cost(config)
+    if "similarity" in model.names and embedder is None:
+        embedder = load_embedder(config.embedder or DEFAULT_EMBEDDER)
+    cache = None
+    if config.relation_cache:
+        cache = RelationCache.open(config.relations_cache) if config.relations_cache is not None else RelationCache()
+    rules = () if config.rules == "none" else load_rules(config.rules, config.path)
+    return Optimizer(
+        cost_model=model,
+        embedder=embedder if "similarity" in model.names else None,
+        llm=llm,
+        cache=cache,
+        rules=rules,
+        budget=config.budget,
+        beam=config.beam,
+        context_merge=config.context_merge and llm is not None,
+        max_atoms=config.max_atoms,
+        constrained=config.constrained,
+    )
+
+
+def open_retrieval(config: EngineConfig, *, embedder: "Embedder | None" = None) -> tuple["Retriever", "Embedder"]:
+    """The retriever and embedder of ``config.index``."""
+    from nlqo.index import Index
+
+    if config.index is None:
+        raise ConfigError("answering needs an index: set EngineConfig.index (nlqo ask --index DIR)")
+    index = Index.open(config.index, embedder=config.embedder)
+    return index.retriever(config.retrieval), embedder or index.embedder
+
+
+def build_engine(
+    config: EngineConfig,
+    *,
+    llm: "LLM | None" = None,
+    retriever: "Retriever | None" = None,
+    embedder: "Embedder | None" = None,
+    profile: "BackendProfile | None" = None,
+    progress: bool = False,
+) -> "Engine":
+    """The engine ``config`` describes, loading whatever part is not passed in."""
+    from nlqo.execute.engine import Engine
+    from nlqo.execute.linear import LinearExecutor
+    from nlqo.execute.lower import BackendProfile, measure_profile
+    from nlqo.execute.tree import TreeExecutor
+    from nlqo.llm.base import capabilities
+
+    def say(message: str) -> None:
+        if progress:
+            print(f"nlqo: {message}", file=sys.stderr, flush=True)
+
+    set_threads(config.threads)
+    if retriever is None:
+        say(f"opening index {config.index} ...")
+        retriever, embedder = open_retrieval(config, embedder=embedder)
+    if embedder is None:
+        embedder = load_embedder(config.embedder or DEFAULT_EMBEDDER)
+    if llm is None:
+        say(f"loading {config.model} ...")
+        llm = load_model(config)
+    optimizer = build_optimizer(config, llm=llm, embedder=embedder)
+    if profile is None:
+        caps = capabilities(llm)
+        profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
+        measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
+        if measure:
+            say("measuring the backend's per-token costs for the cost-based lowering ...")
+            profile = measure_profile(llm, profile)
+    return Engine(
+        llm=llm,
+        retriever=retriever,
+        embedder=embedder,
+        optimizer=optimizer,
+        linear=LinearExecutor(llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse),
+        tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites),
+        profile=profile,
+        config=config,
+    )

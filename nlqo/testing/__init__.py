@@ -1,0 +1,43 @@
+"""Tools for testing nlqo and what users build on it: cost rules, metrics, rewrite rules, backends.
+
+* :mod:`nlqo.testing.strategies` - hypothesis strategies for IR queries (chains, stars,
+  comparisons, pinned relations), structural cost models and plans. Needs ``hypothesis``
+  (``pip install nlqo[testing]``); everything else here does not.
+* :mod:`nlqo.testing.invariants` - checkers that raise :class:`InvariantError` with a message:
+  :func:`check_plan` (a tree over the kept atoms, acyclic, allowed edges, pins respected, the
+  answer at the root, every input atom accounted for), :func:`check_cost_deterministic` and
+  :func:`check_monotone`.
+* :mod:`nlqo.testing.oracle` - :func:`cheapest`, the brute-force optimum to compare a plan with.
+* :mod:`nlqo.testing.fixtures` - :func:`check_rule_file`, the golden-fixture runner for rewrite rules.
+* :mod:`nlqo.testing.fakes` - :class:`ScriptedLLM`, :class:`HashEmbedder`, :class:`KeywordRetriever`.
+
+``docs/testing.md`` is a tutorial; its code runs as a test.
+
+>>> from nlqo.testing import check_plan, cheapest
+>>> from nlqo.optimizer import optimize
+>>> from nlqo.cost import load_cost_model
+>>> from nlqo.syntax import parse
+>>> plan = check_plan(optimize(parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?c)\\nanswer ?c'), cost_model=load_cost_model("structural")))
+>>> cheapest(plan, load_cost_model("structural")).cost == plan.cost.total
+True
+"""
+
+from nlqo.testing.fakes import PASSAGES, HashEmbedder, KeywordRetriever, ScriptedLLM
+from nlqo.testing.fixtures import check_rule_file, rule_cases
+from nlqo.testing.invariants import InvariantError, check_cost_deterministic, check_monotone, check_plan
+from nlqo.testing.oracle import all_trees, cheapest
+
+__all__ = [
+    "PASSAGES",
+    "HashEmbedder",
+    "InvariantError",
+    "KeywordRetriever",
+    "ScriptedLLM",
+    "all_trees",
+    "check_cost_deterministic",
+    "check_monotone",
+    "check_plan",
+    "check_rule_file",
+    "cheapest",
+    "rule_cases",
+]
