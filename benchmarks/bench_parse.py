@@ -111,7 +111,7 @@ def run(args, llm) -> None:
             for mode in modes[i % 2 :] + modes[: i % 2]:
                 if (name, question.id, mode) in done:
                     continue
-                record = {"set": name, "index": i, **parse_one(handles[mode], question, mode, repairs=args.repairs, max_atoms=args.max_atoms)}
+                record = {"set": name, "index": i, **parse_one(handles[mode], question, mode, repairs=args.repairs, max_atoms=args.parse_atoms)}
                 with open(path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(record, ensure_ascii=False) + "\n")
                     f.flush()
@@ -148,7 +148,7 @@ def summarize(args, records: list[dict]) -> dict:
     """Per set and overall, per mode, over the questions parsed in both modes."""
     by = {(r["set"], r["qid"], r["mode"]): r for r in records}
     paired = {(s, q) for s, q, _ in by if all((s, q, m) in by for m in MODES)}
-    summary = {"date": now(), "model": args.model, "runtime": args.runtime, "threads": args.threads, "repairs": args.repairs, "max_atoms": args.max_atoms, "sets": {}}
+    summary = {"date": now(), "model": args.model, "runtime": args.runtime, "threads": args.threads, "repairs": args.repairs, "parse_atoms": args.parse_atoms, "sets": {}}
     for name in [*args.sets, "all"]:
         keys = sorted(k for k in paired if name in ("all", k[0]))
         if keys:
@@ -171,7 +171,7 @@ def table(summary: dict) -> str:
             )
     note = (
         f"\n\n{summary['model']} on {summary['runtime']} ({summary['threads'] or 'all'} threads), repairs={summary['repairs']}, "
-        f"max_atoms={summary['max_atoms']}; `python benchmarks/bench_parse.py` ({summary['date']}). Forced tokens are appended "
+        f"parse_atoms={summary['parse_atoms']}; `python benchmarks/bench_parse.py` ({summary['date']}). Forced tokens are appended "
         "without sampling; decode time is the model's forward passes after the prompt."
     )
     return head + "\n" + "\n".join(rows) + note
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runtime", default="auto", choices=("auto", "llama-cpp", "transformers"), help="local runtime (default: %(default)s)")
     p.add_argument("--threads", type=int, help="LLM threads (default: the machine's cores)")
     p.add_argument("--repairs", type=int, default=2, help="repair rounds, as the engine uses (default: %(default)s)")
-    p.add_argument("--max-atoms", type=int, default=MAX_ATOMS, help="atoms a constrained reply may write (default: %(default)s)")
+    p.add_argument("--parse-atoms", type=int, default=MAX_ATOMS, help="atoms a constrained reply may write (default: %(default)s)")
     p.add_argument("--out", type=Path, default=OUT, help="result folder (default: benchmarks/results/parse)")
     p.add_argument("--no-docs", action="store_true", help="do not write the table into docs/ir.md (smoke tests)")
     args = p.parse_args(argv)
