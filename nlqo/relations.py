@@ -254,7 +254,8 @@ def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = True) -> Ask:
             if constraint is None:
                 reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
             else:
-                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens)
+                budget = max(prompt.max_tokens, max(len(k) for k in KINDS))  # a word is never cut: a token is at least a byte
+                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=budget)
             usage = usage + reply.usage
             if (kind := parse_kind(reply.text)) is not None:
                 return kind, usage
