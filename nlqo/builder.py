@@ -85,6 +85,7 @@ def build_optimizer(config: EngineConfig, *, llm: "LLM | None" = None, embedder:
         beam=config.beam,
         context_merge=config.context_merge and llm is not None,
         max_atoms=config.max_atoms,
+        constrained=config.constrained,
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import attrs
 
 from nlqo.errors import ConfigError
+from nlqo.ir_grammar import MAX_ATOMS
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 """The bundled model ``nlqo ask`` uses unless told otherwise; chosen by measurement (docs/models.md)."""
@@ -92,6 +93,11 @@ class EngineConfig:
     guard_rewrites: bool = False
     repairs: int = 2
     """Times invalid IR is sent back to the LLM with its error."""
+    constrained: bool = True
+    """Parse the question, classify relations and check merges under grammars where the LLM can
+    apply one (docs/ir.md: constrained parsing); off asks freely and repairs after the fact."""
+    parse_atoms: int = MAX_ATOMS
+    """Atoms a constrained parse may write."""
     measure_costs: bool | None = None
     """Time the backend's per-token costs once for the lowering; ``None``: only for ``strategy="auto"``."""
     max_question_chars: int = 2000

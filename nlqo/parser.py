@@ -1,4 +1,10 @@
-"""Question -> IR through an LLM, validated by the grammar and repaired within a bound."""
+"""Question -> IR through an LLM, validated by the grammar and repaired within a bound.
+
+By default the reply is constrained by the IR's generation grammar (:mod:`nlqo.ir_grammar`) on
+backends that can apply one, so it is valid IR by construction and only a semantic error (the
+grounding rule where the grammar cannot express it) goes back for repair. Other backends answer
+freely and every error is repaired as before.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,9 @@ import attrs
 
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.ir import Const, Query
+from nlqo.ir_grammar import MAX_ATOMS, ir_constraint, max_reply_bytes, question_words
 from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
+from nlqo.llm.constrain import ConstrainedCompletion, can_constrain, constrained_chat, enforced, token_level
 from nlqo.prompts import planning
 from nlqo.rewrite import Program, load_rules
 from nlqo.syntax import parse, render
@@ -22,6 +30,30 @@ class ParseResult:
     attempts: int
     usage: Usage
     warnings: tuple[str, ...] = ()
+    constrained: bool = False
+    """The replies were constrained by the generation grammar (only semantic errors repaired)."""
+    mask_ms: float = 0.0
+    """Time spent on token masks (constrained replies)."""
+    decode_ms: float = 0.0
+    """Time of the model's forward passes after the prompts (constrained replies)."""
+
+    @property
+    def repairs(self) -> int:
+        """Repair calls made: attempts after the first."""
+        return self.attempts - 1
+
+    def describe(self) -> str:
+        """How the IR came about, for EXPLAIN.
+
+        >>> ParseResult(None, "", 1, Usage(), constrained=True).describe()
+        'constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)'
+        >>> ParseResult(None, "", 2, Usage()).describe()
+        'unconstrained, 2 attempts, 1 repair'
+        """
+        how = "constrained by the generation grammar" if self.constrained else "unconstrained"
+        repairs = f"{self.repairs} repair{'' if self.repairs == 1 else 's'}"
+        scope = " (repairs for semantic errors only)" if self.constrained else ""
+        return f"{how}, {self.attempts} attempt{'' if self.attempts == 1 else 's'}, {repairs}{scope}"
 
 
 _LINE = re.compile(r"^\s*(q\w*\s*=|answer\b|relation\b|question\b|#)")
@@ -99,8 +131,7 @@ def tidy(reply: str) -> str:
     return drop_cut_last_line(drop_repeats(unquote_variables(clean(reply))))
 
 
-def _words(text: str) -> set[str]:
-    return {w for w in re.findall(r"[a-z0-9]+", text.lower()) if len(w) > 2}
+_words = question_words
 
 
 def check_grounded(query: Query, question: str) -> None:
@@ -125,8 +156,16 @@ def check_grounded(query: Query, question: str) -> None:
                 )
 
 
-def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool = False) -> ParseResult:
+def parse_question(
+    question: str, llm: LLM, *, repairs: int = 2, cleanup: bool = False, constrained: bool = True, max_atoms: int = MAX_ATOMS
+) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
+
+    With ``constrained`` (the default) and a backend that can apply a grammar, every reply follows
+    the generation grammar (at most ``max_atoms`` atoms, constants from the question, an answer
+    line naming only variables of the atoms): its tokens are masked, the scaffold is forced, and
+    the token budget is one the grammar cannot exceed. A reply constrained token by token that
+    still fails is repaired only for a semantic error. ``constrained=False`` asks as before.
 
     With ``cleanup`` each reply is first tidied (``tidy``): quoted variables are unquoted, and
     repeated atom lines and a last line cut off mid-way are dropped, so a looping model's IR is
@@ -139,8 +178,18 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool =
     errors: list[str] = []
     prompt = planning.PARSE
     messages = prompt.messages(question=question)
+    constraint = ir_constraint(question, max_atoms) if constrained and can_constrain(llm) else None
+    # Applied token by token, the grammar ends the reply and bounds its length; a server is given
+    # the prompt's budget (servers refuse one beyond their context) and validated after the fact.
+    budget = max(prompt.max_tokens, max_reply_bytes(max_atoms, question)) if token_level(llm) else prompt.max_tokens
+    mask_ms = decode_ms = 0.0
     for attempt in range(repairs + 1):
-        reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+        if constraint is None:
+            reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+        else:
+            reply = constrained_chat(llm, messages, constraint, max_tokens=budget)
+            if isinstance(reply, ConstrainedCompletion):
+                mask_ms, decode_ms = mask_ms + reply.mask_ms, decode_ms + reply.decode_ms
         usage = usage + reply.usage
         text = tidy(reply.text) if cleanup else clean(reply.text)
         if attempts and reply.text == attempts[-1]:
@@ -156,6 +205,9 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool =
         except (IRSyntaxError, IRSemanticError) as exc:
             label = exc.label if isinstance(exc, IRSyntaxError) else str(exc)
             errors.append(str(exc))
+            if isinstance(exc, IRSyntaxError) and enforced(reply):
+                errors[-1] += f" (a constrained reply, finish: {reply.finish_reason}: syntax errors are not repaired)"
+                break
             repair = planning.REPAIR
             messages = repair.messages(question=question, previous=text or reply.text, error=label)
             prompt = repair
@@ -165,7 +217,16 @@ def parse_question(question: str, llm: LLM, *, repairs: int = 2, cleanup: bool =
         for name, rule in load_rules():
             if name in ("normalize_variables", "merge_duplicate_atoms"):
                 program = rule(program)
-        return ParseResult(program.query, render(program.query), attempt + 1, usage, program.warnings)
+        return ParseResult(
+            program.query,
+            render(program.query),
+            attempt + 1,
+            usage,
+            program.warnings,
+            constrained=constraint is not None,
+            mask_ms=mask_ms,
+            decode_ms=decode_ms,
+        )
     repeated = len(attempts) > 1 and attempts[-1] == attempts[-2]
     raise ParseFailure(
         f"the LLM did not write valid IR for {question!r} in {len(attempts)} attempts"

@@ -23,6 +23,7 @@ import attrs
 from nlqo.ir import Atom, Query, Var
 from nlqo.kinds import RelationKind, RelationSource
 from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
+from nlqo.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.prompts import planning
 
 KINDS = RelationKind.values()
@@ -233,14 +234,28 @@ def parse_kind(text: str) -> RelationKind | None:
 Ask = Callable[[Query, Atom, Atom], tuple[RelationKind | None, Usage]]
 
 
-def llm_asker(llm: LLM, *, retries: int = 1) -> Ask:
-    """Ask ``llm`` for the relation of a pair; ``None`` when no reply is readable."""
+RELATION_LABELS = choice(KINDS, name="relation")
+"""The relation reply constrained: exactly one of the four words, nothing after it."""
+
+
+def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = True) -> Ask:
+    """Ask ``llm`` for the relation of a pair; ``None`` when no reply is readable.
+
+    With ``constrained`` (and a backend that can apply a grammar) the reply is one of the four
+    words by construction and ends there: no stop-token step, no retry.
+    """
+    constraint = RELATION_LABELS if constrained and can_constrain(llm) else None
 
     def ask(query: Query, a: Atom, b: Atom) -> tuple[RelationKind | None, Usage]:
         usage = Usage()
         prompt = planning.RELATION
         for _ in range(retries + 1):
-            reply = chat_reusing_prefix(llm, prompt.messages(question=query.question or "", a=a.text(), b=b.text()), stop=prompt.stop, max_tokens=prompt.max_tokens)
+            messages = prompt.messages(question=query.question or "", a=a.text(), b=b.text())
+            if constraint is None:
+                reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
+            else:
+                budget = max(prompt.max_tokens, max(len(k) for k in KINDS))  # a word is never cut: a token is at least a byte
+                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=budget)
             usage = usage + reply.usage
             if (kind := parse_kind(reply.text)) is not None:
                 return kind, usage

@@ -123,9 +123,11 @@ def test_the_local_and_server_backends_declare_their_capabilities():
     from nlqo.llm.openai_compat import OpenAICompatLLM
 
     assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(cache_identity=True)
+    told = OpenAICompatLLM("http://127.0.0.1:1", "m", grammar_field="grammar")
+    assert told.capabilities == Capabilities(cache_identity=True, constraint="server")
     try:
         from nlqo.llm.local import TransformersLLM
     except ImportError:  # pragma: no cover - torch is a dependency
         pytest.skip("torch is not installed")
-    assert TransformersLLM.capabilities == Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1)
+    assert TransformersLLM.capabilities == Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint="tokens")
 

@@ -279,3 +279,26 @@ def test_real_through_cache(real: OpenAICompatLLM, tmp_path):
     assert not is_cache_hit(first) and is_cache_hit(second)
     assert second.text == first.text
     assert second.usage.generated_tokens == first.usage.generated_tokens
+
+
+@pytest.mark.server
+def test_real_server_follows_a_grammar_passed_as_gbnf(llama_server: str):
+    """llama.cpp's own GBNF parser takes nlqo's grammars: relation words and the IR's whole-reply grammar."""
+    from nlqo.errors import IRSemanticError
+    from nlqo.ir_grammar import ir_constraint
+    from nlqo.llm.constrain import choice, constrained_chat
+    from nlqo.prompts import planning
+    from nlqo.relations import KINDS
+    from nlqo.syntax import parse
+
+    llm = OpenAICompatLLM(llama_server, MODEL_ALIAS, timeout_s=120.0, grammar_field="grammar")
+    word = constrained_chat(llm, [ChatMessage("user", "Write a poem about the sea.")], choice(KINDS), max_tokens=8)
+    assert word.text in KINDS
+    question = "In which city was the director of the film Jaws born?"
+    reply = constrained_chat(llm, planning.PARSE.messages(question=question), ir_constraint(question), max_tokens=200)
+    if reply.finish_reason == "stop":
+        try:
+            parse(reply.text)
+        except IRSemanticError as exc:  # the whole-reply grammar cannot tie the answer to the atoms
+            assert "is not mentioned by any atom" in str(exc) or "answer names a target twice" in str(exc)
+    assert reply.text.startswith("q1 = (")

@@ -37,6 +37,24 @@ def add_quantize_option(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved the default model's EM, docs/models.md); not for benchmarks (default: %(default)s)")
 
 
+def on_off(text: str) -> bool:
+    """``on`` or ``off`` as a bool (an argparse type).
+
+    >>> on_off("on"), on_off("off")
+    (True, False)
+    """
+    if text not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"expected on or off, not {text!r}")
+    return text == "on"
+
+
+def add_constrained_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--constrained on|off`` and ``--parse-atoms``: how the question is parsed (docs/ir.md)."""
+    base = EngineConfig()
+    parser.add_argument("--constrained", type=on_off, default=None, metavar="on|off", help="parsing: constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by construction; off asks freely and repairs after the fact (default: on)")
+    parser.add_argument("--parse-atoms", type=int, default=None, metavar="N", help=f"parsing: atoms a constrained reply may write (default: {base.parse_atoms})")
+
+
 def add_runtime_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument("--runtime", choices=RUNTIMES, default="auto", help="local models: llama-cpp runs a GGUF model (bundled models are) as it is, in process; transformers runs Hugging Face folders and is the float32 reference; auto picks llama-cpp for GGUF models (default: %(default)s; docs/models.md)")
     add_quantize_option(parser)
@@ -55,6 +73,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max-hops", type=int, default=10, help="linear template: hop cap (default: %(default)s)")
     group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
     group.add_argument("--ir-cleanup", action="store_true", help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it")
+    add_constrained_options(group)
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
@@ -121,6 +140,8 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             plan_hints=not given.get("no_plan_hints", False),
             guard_rewrites=bool(given.get("guard_rewrites", False)),
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]
+            constrained=opt("constrained", base.constrained),  # type: ignore[arg-type]
+            parse_atoms=opt("parse_atoms", base.parse_atoms),  # type: ignore[arg-type]
             max_question_chars=opt("max_question_chars", base.max_question_chars),  # type: ignore[arg-type]
         )
     except ValueError as exc:

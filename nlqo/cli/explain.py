@@ -22,7 +22,8 @@ def register(subparsers) -> None:
         help="EXPLAIN [ANALYZE] a question: parse, optimise, lower, and optionally execute",
         description="Parse and optimise the question, lower the plan to a physical operator and print it. "
         "With --analyze the plan is executed and each node is annotated with actual time, LLM calls, tokens "
-        "(computed / from cache / generated), passages and the terminator score, then planning and execution totals.",
+        "(computed / from cache / generated, + forced by a grammar), passages and the terminator score, then how the question "
+        "was parsed and the planning and execution totals.",
         epilog='Example: nlqo explain "Who was born first, Ada Lovelace or Charles Babbage?" --index .nlqo/demo-index --analyze '
         "--format html --out plan.html",
     )

@@ -22,16 +22,24 @@ def register(subparsers) -> None:
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
     p.add_argument("--ir-cleanup", action="store_true", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it")
     common.add_runtime_options(p)
+    common.add_constrained_options(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from nlqo.builder import load_model
 
-    llm = load_model(common.config_from_args(args))
-    result = parse_question(args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup)
+    config = common.config_from_args(args)
+    llm = load_model(config)
+    result = parse_question(
+        args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=config.constrained, max_atoms=config.parse_atoms
+    )
     sys.stdout.write(result.text)
     for w in result.warnings:
         print(f"# warning: {w}", file=sys.stderr)
-    print(f"# {result.attempts} attempt(s), {result.usage.generated_tokens} tokens generated, {result.usage.wall_ms / 1000:.1f} s", file=sys.stderr)
+    usage = result.usage
+    print(
+        f"# {result.describe()}; {usage.generated_tokens} tokens generated, {usage.forced_tokens} forced, {usage.wall_ms / 1000:.1f} s",
+        file=sys.stderr,
+    )
     return 0

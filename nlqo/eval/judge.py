@@ -8,8 +8,12 @@ import attrs
 
 from nlqo.eval.metrics import yes_no
 from nlqo.llm.base import LLM
+from nlqo.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.prompts import Prompt
 from nlqo.prompts.baselines import JUDGE
+
+
+_VERDICT = choice(("yes", "no"), name="judge")
 
 
 @attrs.define(eq=False)
@@ -26,6 +30,8 @@ class LLMJudge:
 
     llm: LLM
     prompt: Prompt = JUDGE
+    constrained: bool = True
+    """Constrain the verdict to yes or no where the LLM can (the reply is then one word)."""
 
     @property
     def name(self) -> str:
@@ -36,5 +42,6 @@ class LLMJudge:
         if not prediction.strip():
             return False
         messages = self.prompt.messages(question=question, gold=" | ".join(golds), prediction=prediction.strip())
-        reply = self.llm.chat(messages, stop=self.prompt.stop, max_tokens=self.prompt.max_tokens)
+        constraint = _VERDICT if self.constrained and can_constrain(self.llm) else None
+        reply = constrained_chat(self.llm, messages, constraint, stop=self.prompt.stop, max_tokens=self.prompt.max_tokens, prefix_cache=False)
         return yes_no(reply.text) == "yes"

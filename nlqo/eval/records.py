@@ -64,6 +64,7 @@ def make_record(
         "prompt_tokens": stats.get("prompt_tokens", 0),
         "cached_prompt_tokens": stats.get("cached_prompt_tokens", 0),
         "generated_tokens": stats.get("generated_tokens", 0),
+        "forced_tokens": stats.get("forced_tokens", 0),
         "retrievals": stats.get("retrievals", 0),
         "hops": stats.get("hops", 0),
         "stop_reason": stats.get("stop_reason", "error" if error else ""),

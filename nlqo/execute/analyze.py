@@ -39,6 +39,7 @@ def node_actuals(steps: list[Step]) -> dict[str, Any]:
         "prompt_tokens": sum(s.prompt_tokens for s in llm),
         "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
         "generated_tokens": sum(s.generated_tokens for s in llm),
+        "forced_tokens": sum(s.forced_tokens for s in llm),
         "computed_prompt_tokens": sum(s.prompt_tokens - s.cached_prompt_tokens for s in llm),
         "passages": [{"id": p.id, "title": p.title, "score": p.score} for p in passages],
         "terminator_score": max(scores) if scores else None,
@@ -68,12 +69,33 @@ def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, s
         score = f" stop-score={a['terminator_score']:.2f}" if a["terminator_score"] is not None else ""
         out[node] = (
             f"{base.get(node, '')}; actual time={a['actual_ms']:.0f} ms llm={a['llm_calls']} "
-            f"tokens={a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']} "
+            f"tokens={a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']}{_forced(a['forced_tokens'])} "
             f"passages={len(a['passages'])}{score}"
         ).lstrip("; ")
     for node, text in base.items():
         out.setdefault(node, text + "; never executed")
     return out
+
+
+def _forced(n: int) -> str:
+    """The forced-token count after the generated one, when there are any.
+
+    >>> _forced(0), _forced(12)
+    ('', '+12 forced')
+    """
+    return f"+{n} forced" if n else ""
+
+
+def parsing_lines(result: RunResult) -> list[str]:
+    """One line per parse step: constrained or not, attempts and repairs, tokens."""
+    lines = []
+    for s in result.trace:
+        if s.node == "parse" and s.kind == "llm":
+            lines.append(
+                f"Parsing: {s.note or 'the question'}; {s.wall_ms:.0f} ms, tokens "
+                f"{s.prompt_tokens - s.cached_prompt_tokens}/{s.cached_prompt_tokens}/{s.generated_tokens}{_forced(s.forced_tokens)}"
+            )
+    return lines
 
 
 def physical_lines(physical: PhysicalPlan) -> list[str]:
@@ -95,14 +117,16 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
     lines = [body, *physical_lines(physical)]
     if result is not None:
         s = result.stats()
+        lines += parsing_lines(result)
+        forced = f", {s['forced_tokens']} forced" if s["forced_tokens"] else ""
         lines.append(
             f"Execution: {s['execution_ms']:.0f} ms, {s['llm_calls']} LLM calls, {s['prompt_tokens']} prompt tokens "
-            f"({s['cached_prompt_tokens']} from cache), {s['generated_tokens']} generated, {s['hops']} hops, "
+            f"({s['cached_prompt_tokens']} from cache), {s['generated_tokens']} generated{forced}, {s['hops']} hops, "
             f"stop: {s['stop_reason']}"
         )
         lines.append(f"Planning time: {s['planning_ms']:.0f} ms")
         lines.append(f"Answer: {result.answer}")
-    lines.append("(tokens = prompt computed / prompt from cache / generated)")
+    lines.append("(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])")
     return "\n".join(lines)
 
 

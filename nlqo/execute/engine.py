@@ -59,7 +59,8 @@ class Engine:
     tree: TreeExecutor
     profile: BackendProfile = BackendProfile()
     config: EngineConfig = EngineConfig()
-    """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints`` and the limits are read from it."""
+    """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
+    parse (``repairs``, ``constrained``, ``parse_atoms``) and the limits are read from it."""
 
     @classmethod
     def from_config(
@@ -96,11 +97,18 @@ class Engine:
         started = time.perf_counter()
         at = trace.now_ms()
         try:
-            parsed = parse_question(question, self.llm, repairs=self.config.repairs, cleanup=self.config.ir_cleanup)
+            parsed = parse_question(
+                question,
+                self.llm,
+                repairs=self.config.repairs,
+                cleanup=self.config.ir_cleanup,
+                constrained=self.config.constrained,
+                max_atoms=self.config.parse_atoms,
+            )
         except ParseFailure as exc:
-            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at))
+            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at, note="no valid IR: the linear template runs instead"))
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
-        trace.record(Step.llm("parse", parsed.usage, parsed.text, at))
+        trace.record(Step.llm("parse", parsed.usage, parsed.text, at, note=parsed.describe()))
         planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
         assert planned.plan is not None and planned.physical is not None  # plan_query always plans
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)

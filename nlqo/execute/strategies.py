@@ -5,7 +5,7 @@ object with ``name`` and ``run(question, trace=None) -> RunResult``. The engine 
 :func:`nlqo.builder.build_engine` from ``config`` (default :class:`~nlqo.config.EngineConfig`)
 changed by the options, which are config fields (``tau``, ``max_hops``, ``kv_reuse``,
 ``parallel``, ``workers``, ``relation_cache``, ``ir_cleanup``, ``plan_hints``,
-``guard_rewrites``, ``cost_model``, ...) or ``alpha`` (the cost model's similarity scale).
+``guard_rewrites``, ``constrained``, ``cost_model``, ...) or ``alpha`` (the cost model's similarity scale).
 ``auto`` measures the backend's per-token costs once, when built, as ``nlqo ask --strategy auto`` does.
 """
 

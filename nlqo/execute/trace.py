@@ -63,9 +63,16 @@ class Step:
     """Start time relative to the beginning of execution (for concurrency checks and timelines)."""
     prompt: str = attrs.field(default="", repr=False)
     """The prompt the model continued (llm steps), for EXPLAIN; records leave it out."""
+    forced_tokens: int = 0
+    """Reply tokens a grammar forced (appended without sampling); not in ``generated_tokens``."""
+    note: str = ""
+    """How the step's text came about when that matters to a reader (parsing: constrained or not,
+    attempts, repairs)."""
 
     @classmethod
-    def llm(cls, node: str, usage: Usage, text: str, started_ms: float = 0.0, prompt: str | Sequence[ChatMessage] = "") -> "Step":
+    def llm(
+        cls, node: str, usage: Usage, text: str, started_ms: float = 0.0, prompt: str | Sequence[ChatMessage] = "", note: str = ""
+    ) -> "Step":
         return cls(
             node=node,
             kind=StepKind.LLM,
@@ -76,6 +83,8 @@ class Step:
             text=text,
             started_ms=started_ms,
             prompt=prompt_text(prompt),
+            forced_tokens=usage.forced_tokens,
+            note=note,
         )
 
     @classmethod
@@ -149,6 +158,7 @@ class RunResult:
             "prompt_tokens": sum(s.prompt_tokens for s in llm),
             "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
             "generated_tokens": sum(s.generated_tokens for s in llm),
+            "forced_tokens": sum(s.forced_tokens for s in llm),
             "retrievals": sum(1 for s in self.trace if s.kind == StepKind.RETRIEVE),
             "hops": self.hops,
             "stop_reason": self.stop_reason,

@@ -29,6 +29,10 @@ class Capabilities:
     """``cache_identity()`` returns a JSON-able dict of everything besides the request that decides
     the output (model, generation settings); response caches key on it. Without it the key has
     only the backend's ``name``."""
+    constraint: str | None = None
+    """``complete`` and ``chat`` accept ``constraint=`` (:mod:`nlqo.llm.constrain`) and apply it:
+    ``"tokens"`` token by token in this process (replies follow the grammar), ``"server"`` by
+    passing the grammar to a server (replies are validated after the fact)."""
 
 
 NO_CAPABILITIES = Capabilities()
@@ -61,8 +65,12 @@ class Usage:
     cached_prompt_tokens: int = 0
     """Prompt tokens served from a KV/prefix cache instead of being computed."""
     generated_tokens: int = 0
+    """Tokens the model chose (sampled or argmax), end-of-sequence token included."""
     wall_ms: float = 0.0
     calls: int = 0
+    forced_tokens: int = 0
+    """Reply tokens a grammar forced: appended without sampling, computed like prompt tokens
+    (:mod:`nlqo.llm.constrain`). The reply is ``generated_tokens + forced_tokens`` long."""
 
     @property
     def computed_prompt_tokens(self) -> int:
@@ -75,6 +83,7 @@ class Usage:
             generated_tokens=self.generated_tokens + other.generated_tokens,
             wall_ms=self.wall_ms + other.wall_ms,
             calls=self.calls + other.calls,
+            forced_tokens=self.forced_tokens + other.forced_tokens,
         )
 
 

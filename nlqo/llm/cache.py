@@ -33,6 +33,7 @@ from nlqo.llm.base import (
     complete_reusing_prefix,
     forked,
 )
+from nlqo.llm.constrain import Constraint, can_constrain, constrained_chat
 
 FORMAT = 1
 """Bumped when the key or entry layout changes; old entries then simply miss."""
@@ -56,12 +57,14 @@ def is_cache_hit(completion: Completion) -> bool:
     return isinstance(completion, CachedCompletion)
 
 
-def request_key(llm: LLM, method: str, payload: Any, stop: Sequence[str], max_tokens: int) -> tuple[str, Any]:
+def request_key(
+    llm: LLM, method: str, payload: Any, stop: Sequence[str], max_tokens: int, constraint: Constraint | None = None
+) -> tuple[str, Any]:
     """The stable hash of a request and the request as stored (JSON-normalised).
 
     The key covers the backend name, its declared ``cache_identity()`` (model and generation
     settings; ``{}`` for a backend that declares none), the method, the prompt or messages, the
-    stop strings (as a set) and ``max_tokens``.
+    stop strings (as a set), ``max_tokens`` and the constraint's key when there is one.
 
     >>> from nlqo.llm.scripted import ScriptedLLM
     >>> a, _ = request_key(ScriptedLLM([]), "complete", "Hi", ["\\n"], 8)
@@ -79,6 +82,8 @@ def request_key(llm: LLM, method: str, payload: Any, stop: Sequence[str], max_to
         "stop": sorted(set(stop)),
         "max_tokens": max_tokens,
     }
+    if constraint is not None:
+        request["constraint"] = constraint.key()
     blob = json.dumps(request, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(blob.encode("utf-8")).hexdigest(), json.loads(blob)
 
@@ -110,9 +115,12 @@ class CachedLLM:
 
     @property
     def capabilities(self) -> Capabilities:
-        """The backend's, with prefix caching and forking always on offer (they pass through)."""
+        """The backend's, with prefix caching and forking always on offer (they pass through), and
+        its way of applying constraints (replies are cached per constraint)."""
         inner = capabilities(self.inner)
-        return Capabilities(prefix_cache=True, fork=True, concurrency=inner.concurrency, cache_identity=inner.cache_identity)
+        return Capabilities(
+            prefix_cache=True, fork=True, concurrency=inner.concurrency, cache_identity=inner.cache_identity, constraint=inner.constraint
+        )
 
     def cache_identity(self) -> dict[str, Any]:
         return cache_identity(self.inner)
@@ -124,9 +132,22 @@ class CachedLLM:
             return self._serve(key, request, lambda: complete_reusing_prefix(self.inner, prompt, stop=stop, max_tokens=max_tokens))
         return self._serve(key, request, lambda: self.inner.complete(prompt, stop=stop, max_tokens=max_tokens))
 
-    def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
-        """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
+    def chat(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
+    ) -> Completion:
+        """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``,
+        and to follow ``constraint`` when given; a stored reply counts as unconstrained)."""
         payload = [{"role": m.role, "content": m.content} for m in messages]
+        if constraint is not None and can_constrain(self.inner):
+            key, request = request_key(self.inner, "chat", payload, stop, max_tokens, constraint)
+            ask = lambda: constrained_chat(self.inner, messages, constraint, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)  # noqa: E731
+            return self._serve(key, request, ask)
         key, request = request_key(self.inner, "chat", payload, stop, max_tokens)
         if prefix_cache:
             return self._serve(key, request, lambda: chat_reusing_prefix(self.inner, messages, stop=stop, max_tokens=max_tokens))

@@ -23,6 +23,10 @@ How the model's work is organised:
 Decoding is greedy (the lowest token id wins a tie, as ``argmax`` does), so a request's output does
 not depend on what else was in its batch: ``tests/test_llamacpp.py`` checks batched against
 sequential and restored prefixes against plain runs, token for token.
+
+A request may carry a grammar (``constraint=``, :mod:`nlqo.llm.constrain`): its logits are masked
+with numpy before the argmax, and the tokens the grammar forces are appended to the request without
+sampling and computed in the next batch together with the token before them (counted as forced).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, llamacpp_tokenizer
 
 GGUF_MAGIC = b"GGUF"
 
@@ -124,11 +129,14 @@ class _Request:
     """Save the KV state of the first ``remember`` prompt tokens (0: none)."""
     stop: Sequence[str]
     max_tokens: int
+    matcher: Matcher | None = None
+    """The request's grammar state (None: unconstrained)."""
     slot: _Slot | None = None
     pos: int = 0
     """Tokens (prompt, then generated) whose KV state is in the slot."""
     cached: int = 0
     generated: list[int] = attrs.Factory(list)
+    """Reply tokens: chosen ones and, with a grammar, forced ones (the last ones may wait to be computed)."""
     pieces: bytearray = attrs.Factory(bytearray)
     text: str = ""
     finish: str = "stop"
@@ -180,7 +188,8 @@ class _Runtime:
             ll.llama_model_free(self.model)
             raise ModelNotAvailable(f"llama.cpp could not create a context of {n_seq} x {n_ctx_seq} tokens for {path}")
         self.mem = ll.llama_get_memory(self.ctx)
-        self.batch = ll.llama_batch_init(max(PREFILL_CHUNK, n_seq), 0, 1)
+        self.batch_size = max(PREFILL_CHUNK, n_seq)
+        self.batch = ll.llama_batch_init(self.batch_size, 0, 1)
         self.slots = [_Slot(seq) for seq in range(n_seq)]
         self._clock = itertools.count(1)
         self._cv = threading.Condition()
@@ -188,6 +197,7 @@ class _Runtime:
         self._active: list[_Request] = []
         self._eog_cache: dict[int, bool] = {}
         self._piece_cache: dict[int, bytes] = {}
+        self.grammar_tokenizer = LazyTokenizer(self._grammar_tokenizer)
         self._thread = threading.Thread(target=self._loop, name="nlqo-llama", daemon=True)
         self._thread.start()
 
@@ -223,6 +233,11 @@ class _Runtime:
         if end is None:
             end = self._eog_cache[token] = bool(self.ll.llama_vocab_is_eog(self.vocab, token))
         return end
+
+    def _grammar_tokenizer(self) -> Any:
+        """llguidance's view of this vocabulary; every end-of-generation token ends a constrained reply."""
+        eog = [t for t in range(self.n_vocab) if self.is_end(t)]
+        return llamacpp_tokenizer(self.vocab, eos=eog)
 
     def chat_template(self) -> str | None:
         raw = self.ll.llama_model_chat_template(self.model, None)
@@ -355,22 +370,64 @@ class _Runtime:
         if r.remember > r.pos:
             end = min(end, r.remember)
         end = min(end, r.pos + PREFILL_CHUNK)
-        last = end == len(r.ids)
+        last = end == len(r.ids) and not r.generated  # forced tokens waiting: the decode batch computes them next
         seq, start = r.seq, r.pos
         self._fill([(r.ids[p], p, seq, last and p == end - 1) for p in range(start, end)])
         r.pos = end
         if last:  # read the logits before anything else runs on the context
-            token = int(np.argmax(self._logits(end - start - 1)))
+            token = self._choose(r, end - start - 1)
         if r.remember and r.pos == r.remember:
             self._save(r, tuple(r.ids[: r.remember]))
-        if last:
-            self._take(r, token)
+        if last and token is not None:
+            self._take_safely(r, token)
 
     def _decode_step(self, requests: list[_Request]) -> None:
-        self._fill([(r.generated[-1], r.pos, r.seq, True) for r in requests])
-        for i, r in enumerate(requests):
-            r.pos += 1
-            self._take(r, int(np.argmax(self._logits(i))))
+        """One batch: each request's reply tokens not yet computed (the last chosen one, and the
+        tokens its grammar forced after it), at most a share of the batch each; a request whose
+        run is complete gets its next token."""
+        room = max(1, self.batch_size // len(requests))
+        entries: list[tuple[int, int, int, bool]] = []
+        fed: list[tuple[_Request, int, int]] = []
+        for r in requests:
+            done = r.pos - len(r.ids)
+            run = r.generated[done : done + room]
+            take = done + len(run) == len(r.generated)
+            seq, pos = r.seq, r.pos
+            for k, token in enumerate(run):
+                entries.append((token, pos + k, seq, take and k == len(run) - 1))
+            fed.append((r, len(run), len(entries) - 1 if take else -1))
+        started = time.perf_counter()
+        self._fill(entries)
+        spent = (time.perf_counter() - started) * 1000.0
+        for r, n, i in fed:
+            r.pos += n
+            if r.matcher is not None:
+                r.matcher.decode_ms += spent
+            if i >= 0 and (chosen := self._choose(r, i)) is not None:
+                self._take_safely(r, chosen)
+
+    def _choose(self, r: _Request, i: int) -> int | None:
+        """The greedy token at batch position ``i`` among those ``r``'s grammar allows (None: the
+        grammar failed, and ``r`` is finished with the error)."""
+        if r.matcher is None:
+            return int(np.argmax(self._logits(i)))
+        try:
+            return r.matcher.choose(self._logits(i))
+        except LLMError as exc:
+            r.error = exc
+            self._finish(r, clear=True)
+            return None
+
+    def _take_safely(self, r: _Request, token: int) -> None:
+        """:meth:`_take`; a grammar failure ends ``r`` alone, not the batch."""
+        if r.matcher is None:
+            return self._take(r, token)
+        try:
+            self._take(r, token)
+        except LLMError as exc:
+            r.error = exc
+            self._finish(r, clear=True)
+        return None
 
     def _save(self, r: _Request, key: tuple[int, ...]) -> None:
         if r.saved_size <= 0 or key in r.saved:
@@ -386,18 +443,24 @@ class _Runtime:
             r.saved.popitem(last=False)
 
     def _take(self, r: _Request, token: int) -> None:
-        """Append the chosen ``token`` to ``r``; finish ``r`` when it ends generation."""
+        """Append the chosen ``token`` to ``r`` (and what its grammar forces after it); finish ``r``
+        when it ends generation."""
         r.generated.append(token)
         if self.is_end(token):
             r.text, r.finish = bytes(r.pieces).decode("utf-8", "replace"), "stop"
             return self._finish(r)
         r.pieces += self.piece(token)
+        if r.matcher is not None:
+            r.matcher.advance(token)
+            for t in r.matcher.forced(r.max_tokens - len(r.generated)):
+                r.generated.append(t)
+                r.pieces += self.piece(t)
         text = bytes(r.pieces).decode("utf-8", "ignore")
         cut, hit = cut_at_stop(text, r.stop)
-        if hit:
+        if hit or (r.matcher is not None and r.matcher.done):
             r.text, r.finish = cut, "stop"
             return self._finish(r)
-        if len(r.generated) >= r.max_tokens or r.pos + 1 >= self.n_ctx_seq:
+        if len(r.generated) >= r.max_tokens or len(r.ids) + len(r.generated) >= self.n_ctx_seq:
             r.text, r.finish = bytes(r.pieces).decode("utf-8", "replace"), "length"
             return self._finish(r)
         return None
@@ -472,8 +535,8 @@ class LlamaCppLLM:
 
     @property
     def capabilities(self) -> Capabilities:
-        """Prefix reuse, sessions, forks, a cache identity, and the slots as concurrency."""
-        return Capabilities(prefix_cache=True, session=True, fork=True, concurrency=self.runtime.n_seq, cache_identity=True)
+        """Prefix reuse, sessions, forks, a cache identity, grammars applied token by token, and the slots as concurrency."""
+        return Capabilities(prefix_cache=True, session=True, fork=True, concurrency=self.runtime.n_seq, cache_identity=True, constraint=TOKENS)
 
     @property
     def concurrency(self) -> int:
@@ -517,25 +580,43 @@ class LlamaCppLLM:
 
     # --- the LLM protocol ----------------------------------------------------------------------
 
-    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
+    def complete(
+        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
+    ) -> Completion:
         """Continue raw ``prompt`` (tokenized with the vocabulary's BOS, like a prompt)."""
-        return self.generate_ids(self.encode(prompt, special=True), stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+        ids = self.encode(prompt, special=True)
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def chat(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
     ) -> Completion:
-        """Answer ``messages`` formatted with the model's chat template."""
+        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given)."""
         ids = self.encode(self.format_chat(messages))
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def generate_ids(
-        self, ids: Sequence[int], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, remember: int | None = None
+        self,
+        ids: Sequence[int],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        remember: int | None = None,
+        constraint: Constraint | None = None,
     ) -> tuple[Completion, tuple[int, ...]]:
         """Continue exactly the token sequence ``ids``; also return the generated token ids.
 
         With ``prefix_cache`` the longest prefix this handle has computed before is reused, and the
         state of ``ids[:remember]`` (default: all of ``ids``) is saved for later calls; without it
-        every prompt token is computed.
+        every prompt token is computed. With ``constraint`` the reply follows its grammar
+        (:mod:`nlqo.llm.constrain`); a reply the grammar forces whole is returned without running
+        the model.
         """
         ids = [int(i) for i in ids]
         if not ids:
@@ -543,6 +624,14 @@ class LlamaCppLLM:
         if max_tokens <= 0:
             return Completion("", Usage(calls=1), "length"), ()
         start = time.perf_counter()
+        matcher = None if constraint is None else Matcher.start(constraint, self.runtime.grammar_tokenizer.get())
+        first = [] if matcher is None else matcher.forced(max_tokens)
+        if matcher is not None and (matcher.done or len(first) >= max_tokens):
+            text = self.decode(first)
+            usage = Usage(forced_tokens=len(first), wall_ms=(time.perf_counter() - start) * 1000.0, calls=1)
+            with self._lock:
+                self.total = self.total + usage
+            return completion(text, usage, "stop" if matcher.done else "length", matcher), tuple(first)
         keep = (len(ids) if remember is None else min(remember, len(ids))) if prefix_cache else 0
         request = _Request(
             owner=self._owner,
@@ -553,18 +642,23 @@ class LlamaCppLLM:
             remember=keep,
             stop=tuple(stop),
             max_tokens=max_tokens,
+            matcher=matcher,
+            generated=first,
+            pieces=bytearray(b"".join(self.runtime.piece(t) for t in first)),
         )
         self.runtime.run(request)
+        forced = 0 if matcher is None else matcher.forced_tokens
         usage = Usage(
             prompt_tokens=len(ids),
             cached_prompt_tokens=request.cached,
-            generated_tokens=len(request.generated),
+            generated_tokens=len(request.generated) - forced,
             wall_ms=(time.perf_counter() - start) * 1000.0,
             calls=1,
+            forced_tokens=forced,
         )
         with self._lock:
             self.total = self.total + usage
-        return Completion(request.text, usage, request.finish), tuple(request.generated)
+        return completion(request.text, usage, request.finish, matcher), tuple(request.generated)
 
     # --- sessions and handles ------------------------------------------------------------------
 
@@ -625,10 +719,11 @@ class LlamaSession:
         self._ids.extend(ids)
         return ids
 
-    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
-        """Continue greedily; the generated tokens stay in the session, the text is cut before the stop string."""
+    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
+        """Continue greedily (under ``constraint`` when given); the generated and forced tokens stay
+        in the session, the text is cut before the stop string."""
         out, generated = self.llm.generate_ids(
-            self._ids, stop=stop, max_tokens=max_tokens, prefix_cache=True, remember=self._prefix_len
+            self._ids, stop=stop, max_tokens=max_tokens, prefix_cache=True, remember=self._prefix_len, constraint=constraint
         )
         self._ids.extend(generated)
         self.usage = self.usage + out.usage

@@ -19,6 +19,10 @@ whose ``prompt_tokens`` is the whole context the model conditioned on and
 earlier steps). Sums over calls therefore compare directly with plain, uncached calls.
 Only ``generate``-type calls compute anything; ``append`` and ``fork`` are bookkeeping.
 
+A call may carry a grammar (``constraint=``, :mod:`nlqo.llm.constrain`): the logits are masked
+with numpy before the argmax, and the tokens the grammar forces go into the model in one forward
+pass with the token before them, counted as forced rather than generated.
+
 One lock serializes all model work, so a thread pool may share one instance; a single
 :class:`Session` belongs to one thread at a time.
 """
@@ -38,6 +42,7 @@ import torch
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -109,8 +114,9 @@ class TransformersLLM:
     :func:`nlqo.models.load_local` (bundled names, GGUF files, hub ids).
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1)
-    """Prefix KV cache, KV sessions and forks; one generation at a time (a lock serializes them)."""
+    capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint=TOKENS)
+    """Prefix KV cache, KV sessions, forks, grammars applied token by token; one generation at a
+    time (a lock serializes them)."""
 
     model: Any
     tokenizer: Any
@@ -124,9 +130,13 @@ class TransformersLLM:
     _eos: frozenset = attrs.field(init=False, default=frozenset())
     _forward_kwargs: dict = attrs.field(init=False, factory=dict)
     _cache_arg: str = attrs.field(init=False, default="past_key_values")
+    _grammar_tokenizer: LazyTokenizer = attrs.field(init=False, default=None)
 
     def __attrs_post_init__(self) -> None:
         self._eos = _end_tokens(self.model, self.tokenizer)
+        self._grammar_tokenizer = LazyTokenizer(
+            lambda: hf_tokenizer(self.tokenizer, n_vocab=max(self.model.config.vocab_size, len(self.tokenizer)), eos=sorted(self._eos))
+        )
         params = inspect.signature(self.model.forward).parameters
         self._forward_kwargs = {"use_cache": True}
         self._cache_arg = "cache" if "cache" in params else "past_key_values"
@@ -179,35 +189,67 @@ class TransformersLLM:
 
     # --- the LLM protocol --------------------------------------------------------------------
 
-    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
+    def complete(
+        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
+    ) -> Completion:
         """Continue raw ``prompt`` (tokenized with the tokenizer's special tokens, like a prompt)."""
-        return self.generate_ids(self.encode(prompt, special=True), stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+        ids = self.encode(prompt, special=True)
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def chat(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
     ) -> Completion:
-        """Answer ``messages`` formatted with the model's chat template."""
+        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given)."""
         ids = self.encode(self.format_chat(messages))
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)[0]
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def generate_ids(
-        self, ids: Sequence[int], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+        self,
+        ids: Sequence[int],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
     ) -> tuple[Completion, tuple[int, ...]]:
         """Continue exactly the token sequence ``ids``; also return the generated token ids.
 
         With ``prefix_cache`` the longest cached prefix is reused and this prompt's KV state is
-        remembered for later calls; without it every prompt token is computed.
+        remembered for later calls; without it every prompt token is computed. With
+        ``constraint`` the reply follows its grammar; a reply the grammar forces whole is returned
+        without running the model.
         """
         ids = list(ids)
         if done := self._nothing_to_do(ids, max_tokens):
             return done, ()
         with self._lock, torch.inference_mode():
             start = time.perf_counter()
+            matcher, first = self._start(constraint, max_tokens)
+            if matcher is not None and (matcher.done or len(first) >= max_tokens):
+                return self._forced_whole(matcher, first, max_tokens, start), tuple(first)
             cache, cached = self._lookup(ids) if prefix_cache else (None, 0)
             remember = len(ids) if prefix_cache else 0
-            generated, text, finish = self._generate(ids, cache, cached, stop, max_tokens, remember)
-            usage = self._account(len(ids), cached, len(generated), start)
-        return Completion(text, usage, finish), tuple(generated)
+            generated, text, finish = self._generate(ids, cache, cached, stop, max_tokens, remember, matcher, first)
+            usage = self._account(len(ids), cached, len(generated), start, matcher)
+        return completion(text, usage, finish, matcher), tuple(generated)
+
+    def _start(self, constraint: Constraint | None, max_tokens: int) -> tuple[Matcher | None, list[int]]:
+        """A matcher for ``constraint`` (None without one) and the reply's first tokens it forces."""
+        if constraint is None:
+            return None, []
+        matcher = Matcher.start(constraint, self._grammar_tokenizer.get())
+        return matcher, matcher.forced(max_tokens)
+
+    def _forced_whole(self, matcher: Matcher, first: list[int], max_tokens: int, start: float) -> Completion:
+        """The reply when the grammar forces all of it: the model sees nothing and computes nothing."""
+        usage = self._account(0, 0, len(first), start, matcher)
+        return completion(self.decode(first), usage, "stop" if matcher.done else "length", matcher)
 
     # --- sessions ----------------------------------------------------------------------------
 
@@ -227,6 +269,7 @@ class TransformersLLM:
         warm prefixes instead of evicting or borrowing one another's."""
         other = attrs.evolve(self, total=Usage())
         other._lock = self._lock
+        other._grammar_tokenizer = self._grammar_tokenizer
         return other
 
     def clear_prefix_cache(self) -> None:
@@ -279,13 +322,22 @@ class TransformersLLM:
             self._prefixes.popitem(last=False)
 
     def _generate(
-        self, ids: list[int], cache: Any, cached: int, stop: Sequence[str], max_tokens: int, remember: int
+        self,
+        ids: list[int],
+        cache: Any,
+        cached: int,
+        stop: Sequence[str],
+        max_tokens: int,
+        remember: int,
+        matcher: Matcher | None = None,
+        first: Sequence[int] = (),
     ) -> tuple[list[int], str, str]:
         """Greedy continuation of ``ids``, whose first ``cached`` tokens are in ``cache``.
 
         ``cache`` is extended in place (it ends holding all but the last generated token). When
         ``remember`` exceeds ``cached``, the KV state of ``ids[:remember]`` is stored in the
-        prefix cache on the way.
+        prefix cache on the way. With a ``matcher`` the reply starts with the forced tokens
+        ``first``, each choice is masked, and forced tokens follow the chosen one in its forward pass.
         """
         if cache is None:
             cache, cached = self._new_cache(), 0
@@ -294,20 +346,34 @@ class TransformersLLM:
             logits = self._forward(cache, ids[cached:remember])
             self._remember(tuple(ids[:remember]), cache)
             cached = remember
-        if cached < len(ids):
-            logits = self._forward(cache, ids[cached:])
-        generated: list[int] = []
+        if cached < len(ids) or first:
+            logits = self._forward(cache, ids[cached:] + list(first))
+        generated: list[int] = list(first)
+        assert logits is not None  # at least the last prompt token is computed
         while True:
-            token = int(torch.argmax(logits))
+            if matcher is None:
+                token = int(torch.argmax(logits))
+            else:
+                token = matcher.choose(logits.float().numpy())
             generated.append(token)
             if token in self._eos:
                 return generated, self.decode(generated[:-1]), "stop"
+            run = [token]
+            if matcher is not None:
+                matcher.advance(token)
+                run += matcher.forced(max_tokens - len(generated))
+                generated += run[1:]
             text, hit = cut_at_stop(self.decode(generated), stop)
-            if hit:
+            if hit or (matcher is not None and matcher.done):
                 return generated, text, "stop"
             if len(generated) >= max_tokens:
                 return generated, text, "length"
-            logits = self._forward(cache, [token])
+            if matcher is None:
+                logits = self._forward(cache, run)
+            else:
+                started = time.perf_counter()
+                logits = self._forward(cache, run)
+                matcher.decode_ms += (time.perf_counter() - started) * 1000.0
 
     def _nothing_to_do(self, ids: Sequence[int], max_tokens: int) -> Completion | None:
         """Reject an empty context; answer ``max_tokens <= 0`` without touching the model."""
@@ -317,13 +383,16 @@ class TransformersLLM:
             return Completion("", Usage(calls=1), "length")
         return None
 
-    def _account(self, prompt: int, cached: int, generated: int, start: float) -> Usage:
+    def _account(self, prompt: int, cached: int, generated: int, start: float, matcher: Matcher | None = None) -> Usage:
+        """Usage of one call; ``generated`` counts every reply token, of which ``matcher`` forced some."""
+        forced = 0 if matcher is None else matcher.forced_tokens
         usage = Usage(
             prompt_tokens=prompt,
             cached_prompt_tokens=cached,
-            generated_tokens=generated,
+            generated_tokens=generated - forced,
             wall_ms=(time.perf_counter() - start) * 1000.0,
             calls=1,
+            forced_tokens=forced,
         )
         self.total = self.total + usage
         return usage
@@ -374,14 +443,21 @@ class Session:
         self._ids.extend(ids)
         return ids
 
-    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
-        """Continue greedily; the generated tokens (stop text and end token included) stay in
-        the session, the returned text is cut before the stop string."""
+    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
+        """Continue greedily (under ``constraint`` when given); the generated and forced tokens
+        (stop text and end token included) stay in the session, the returned text is cut before
+        the stop string."""
         llm = self.llm
         if done := llm._nothing_to_do(self._ids, max_tokens):
             return done
         with llm._lock, torch.inference_mode():
             start = time.perf_counter()
+            matcher, first = llm._start(constraint, max_tokens)
+            if matcher is not None and (matcher.done or len(first) >= max_tokens):
+                out = llm._forced_whole(matcher, first, max_tokens, start)
+                self._ids.extend(first)
+                self.usage = self.usage + out.usage
+                return out
             n = len(self._ids)
             remember = 0
             if self._cache is None:
@@ -390,11 +466,11 @@ class Session:
                     self._cache = llm._new_cache()
                 remember = self._prefix_len
             cached = self._cache.get_seq_length()
-            generated, text, finish = llm._generate(self._ids, self._cache, cached, stop, max_tokens, remember)
+            generated, text, finish = llm._generate(self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first)
             self._ids.extend(generated)
-            usage = llm._account(n, cached, len(generated), start)
+            usage = llm._account(n, cached, len(generated), start, matcher)
         self.usage = self.usage + usage
-        return Completion(text, usage, finish)
+        return completion(text, usage, finish, matcher)
 
     def fork(self) -> "Session":
         """An independent copy (tokens and KV state) to continue differently."""

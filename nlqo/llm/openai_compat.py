@@ -18,13 +18,14 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
 from nlqo import __version__
 from nlqo.errors import LLMError
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.constrain import SERVER, ConstrainedCompletion, Constraint
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: timeouts, rate limits and transient server errors."""
@@ -73,8 +74,6 @@ class OpenAICompatLLM:
     ('http://127.0.0.1:8080/v1', 0.0)
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities(cache_identity=True)
-    """Only a cache identity: the server's own prefix caching needs nothing from nlqo."""
 
     base_url: str
     """Server URL, e.g. ``http://127.0.0.1:8000/v1``; a bare host gets ``/v1``."""
@@ -98,6 +97,11 @@ class OpenAICompatLLM:
     """Stop strings sent to the server (OpenAI accepts 4); all of them are applied locally."""
     extra_body: Mapping[str, Any] = _option(factory=dict, converter=dict)
     """Server-specific request fields, e.g. ``{"top_k": 1}`` or ``{"cache_prompt": True}``."""
+    grammar_field: str | None = _option(default=None)
+    """The request field a constraint's grammar is sent in, as GBNF: ``"grammar"`` for the
+    llama.cpp server and llama-cpp-python's, ``"guided_grammar"`` for vLLM. None (the default, as
+    servers do not say what they take): constraints are not sent and replies are validated after
+    the fact, as for any unconstrained reply."""
     key_source: str | None = _option(default=None)
     """Where the key came from (an environment variable name), for error messages."""
     sleep: Callable[[float], None] = _option(default=time.sleep, repr=False)
@@ -133,19 +137,36 @@ class OpenAICompatLLM:
             "seed": self.seed,
             "complete_via_chat": self.complete_via_chat,
             "extra_body": self.extra_body,
+            "grammar_field": self.grammar_field,
         }
 
-    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+    @property
+    def capabilities(self) -> Capabilities:
+        """A cache identity (the server's own prefix caching needs nothing from nlqo), and
+        constraints passed to the server when ``grammar_field`` names where."""
+        return Capabilities(cache_identity=True, constraint=None if self.grammar_field is None else SERVER)
+
+    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
         if self.complete_via_chat:
-            return self.chat([ChatMessage("user", prompt)], stop=stop, max_tokens=max_tokens)
-        return self._generate("/completions", {"prompt": prompt}, stop, max_tokens)
+            return self.chat([ChatMessage("user", prompt)], stop=stop, max_tokens=max_tokens, constraint=constraint)
+        return self._generate("/completions", {"prompt": prompt}, stop, max_tokens, constraint)
 
-    def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+    def chat(
+        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None
+    ) -> Completion:
+        """A chat reply; with ``constraint`` and a ``grammar_field`` the server gets the grammar
+        (one grammar for the whole reply: ``Constraint.single``, in GBNF)."""
         body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
-        return self._generate("/chat/completions", body, stop, max_tokens)
+        return self._generate("/chat/completions", body, stop, max_tokens, constraint)
 
-    def _generate(self, path: str, body: dict[str, Any], stop: Sequence[str], max_tokens: int) -> Completion:
+    def _generate(self, path: str, body: dict[str, Any], stop: Sequence[str], max_tokens: int, constraint: Constraint | None = None) -> Completion:
         body = {**self.extra_body, **body, "model": self.model, "max_tokens": max_tokens, "temperature": self.temperature}
+        with_grammar = False
+        if constraint is not None and self.grammar_field is not None:
+            from nlqo.llm.gbnf import to_gbnf
+
+            body[self.grammar_field] = to_gbnf(constraint.single)
+            with_grammar = True
         if self.seed is not None:
             body["seed"] = self.seed
         sent = [s for s in stop if s][: self.max_stop_sequences]
@@ -162,6 +183,8 @@ class OpenAICompatLLM:
             raise LLMError(f"{url}: unexpected response shape ({exc!r}): {json.dumps(reply)[:500]}") from None
         text, stopped = cut_at_stop(raw or "", stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
+        if with_grammar:  # the server was asked to follow the grammar; the reply is still validated like any other
+            return ConstrainedCompletion(text=text, usage=parse_usage(reply, wall_ms), finish_reason=finish, enforced=False)
         return Completion(text=text, usage=parse_usage(reply, wall_ms), finish_reason=finish)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -225,7 +248,7 @@ def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
 
     >>> parse_usage({"usage": {"prompt_tokens": 9, "completion_tokens": 3,
     ...              "prompt_tokens_details": {"cached_tokens": 8}}}, 5.0)
-    Usage(prompt_tokens=9, cached_prompt_tokens=8, generated_tokens=3, wall_ms=5.0, calls=1)
+    Usage(prompt_tokens=9, cached_prompt_tokens=8, generated_tokens=3, wall_ms=5.0, calls=1, forced_tokens=0)
     """
     usage = reply.get("usage") or {}
     prompt = int(usage.get("prompt_tokens") or 0)

@@ -20,6 +20,7 @@ from nlqo.errors import LimitError, OptimizeError
 from nlqo.ir import Query
 from nlqo.kinds import RelationSource
 from nlqo.llm.base import LLM, Usage
+from nlqo.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.optimizer import dp
 from nlqo.optimizer.graph import JoinGraph, join_graph, parents_of
 from nlqo.optimizer.greedy import greedy
@@ -33,6 +34,10 @@ from nlqo.rewrite import Rule, load_rules, rewrite
 
 MAX_ATOMS = 1000
 """Atoms the optimizer plans by default; pair relations grow with the square of the count."""
+
+
+YES_NO = choice(("yes", "no"), name="yes-no")
+"""A merge-check reply constrained: yes or no."""
 
 
 @attrs.define(eq=False)
@@ -55,6 +60,8 @@ class Optimizer:
     max_merge_rounds: int = 3
     max_atoms: int = MAX_ATOMS
     """Queries with more atoms are refused with a :class:`LimitError` before any work."""
+    constrained: bool = True
+    """Constrain relation and merge-check replies to their allowed words where the LLM can."""
 
     def optimize(self, query: Query) -> Plan:
         started = time.perf_counter()
@@ -67,7 +74,7 @@ class Optimizer:
         program = rewrite(query, self.rules if self.rules is not None else load_rules())
         q = program.query
         check_pins(q.relations, source="<query after the rewrite rules>")
-        relations = resolve(q, ask=llm_asker(self.llm) if self.llm is not None else None, cache=self.cache)
+        relations = resolve(q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache)
         graph = join_graph(q, relations.table)
         ctx = CostContext(q, relations.table, self.embedder)
         warnings = list(program.warnings)
@@ -176,11 +183,11 @@ class Optimizer:
             verdict = self.cache.entries.get(key) if self.cache is not None else None
             if verdict is None:
                 prompt = planning.MERGE
-                reply = self.llm.chat(  # type: ignore[union-attr]
-                    prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text()),
-                    stop=prompt.stop,
-                    max_tokens=prompt.max_tokens,
-                )
+                messages = prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text())
+                llm = self.llm
+                assert llm is not None  # merge checks run only with an LLM
+                constraint = YES_NO if self.constrained and can_constrain(llm) else None
+                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False)
                 checks += 1
                 usage = usage + reply.usage
                 verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"
