@@ -29,6 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from nlqo.eval.records import read_records  # noqa: E402  (a torn last line is cut off: that run goes again)
+
 from _report import write_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,17 +44,6 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def read_records(path: Path) -> list[dict]:
-    """Complete records of ``path``; a line cut by an interrupted run is skipped (that parse runs again)."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass
-    return rows
 
 
 def _usage_since(llm, before) -> dict:

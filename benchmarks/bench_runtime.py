@@ -35,6 +35,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from nlqo.eval.records import read_records  # noqa: E402  (a torn last line is cut off: that run goes again)
+
 from _report import write_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -187,16 +189,6 @@ def run_speed(args, llms: dict) -> dict:
 # --- questions -----------------------------------------------------------------------------------
 
 
-def read_records(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            rows.append(json.loads(line))
-        except ValueError:
-            pass  # a line cut by an interrupted run: that pair runs again
-    return rows
 
 
 def run_qa(args, llms: dict) -> None:

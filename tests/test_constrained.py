@@ -7,13 +7,12 @@ the IR's generation grammar must parse. Forced tokens must be appended, never ch
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from realmodels import load_or_skip
 
-from nlqo.errors import ModelNotAvailable
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.ir_grammar import ir_constraint
 from nlqo.llm.base import ChatMessage
@@ -38,12 +37,7 @@ def llm(request):
         pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (sh scripts/install-llama-cpp.sh)")
     from nlqo.models import load_llm
 
-    try:
-        return load_llm("smollm2-135m", runtime=request.param, threads=2, progress=False)
-    except ModelNotAvailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the real-model tests: {exc}")
-        pytest.skip(str(exc))
+    return load_or_skip(lambda: load_llm("smollm2-135m", runtime=request.param, threads=2, progress=False))
 
 
 @pytest.fixture

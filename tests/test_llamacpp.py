@@ -8,11 +8,11 @@ runtime must agree with on greedy answers.
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from realmodels import load_or_skip
 
 from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
 from nlqo.llm.base import LLM, ChatMessage
@@ -37,12 +37,7 @@ def user_turn(question: str) -> str:
 def llm():
     from nlqo.models import load_llm
 
-    try:
-        return load_llm("smollm2-135m", runtime="llama-cpp", threads=2, progress=False)
-    except ModelNotAvailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the real-model tests: {exc}")
-        pytest.skip(str(exc))
+    return load_or_skip(lambda: load_llm("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ against an implementation it does not share code with.
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from realmodels import load_or_skip
 import torch
 
-from nlqo.errors import ModelNotAvailable
 from nlqo.llm.base import LLM, ChatMessage
 
 real_model = pytest.mark.real_model
@@ -33,12 +32,7 @@ def user_turn(question: str) -> str:
 def llm():
     from nlqo.models import load_local
 
-    try:
-        return load_local("smollm2-135m", progress=False)
-    except ModelNotAvailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the real-model tests: {exc}")
-        pytest.skip(str(exc))
+    return load_or_skip(lambda: load_local("smollm2-135m", progress=False))
 
 
 @pytest.fixture

@@ -45,6 +45,7 @@ import numpy as np
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.tokens import TokenLLM, TokenSegments, common_prefix
 from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, llamacpp_tokenizer
 
 GGUF_MAGIC = b"GGUF"
@@ -318,11 +319,11 @@ class _Runtime:
         if r.reuse:
             for slot in idle:
                 if slot.owner == r.owner:
-                    n = min(_common_prefix(slot.tokens, r.ids), limit)
+                    n = min(common_prefix(slot.tokens, r.ids), limit)
                     if n > best_n:
                         best_slot, best_n = slot, n
             for key in r.saved:
-                n = min(_common_prefix(key, r.ids), limit)
+                n = min(common_prefix(key, r.ids), limit)
                 if n > best_n:
                     best_slot, best_saved, best_n = None, key, n
         if best_slot is None:
@@ -481,25 +482,13 @@ class _Runtime:
         slot.tokens, slot.busy, slot.used = tokens, False, next(self._clock)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token sequences.
-
-    >>> _common_prefix((1, 2, 3), [1, 2, 4])
-    2
-    """
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 _handles = itertools.count(1)
 
 
 @attrs.define(eq=False)
-class LlamaCppLLM:
+class LlamaCppLLM(TokenLLM):
     """A GGUF model on llama.cpp in this process: greedy, thread-safe, batched, with prefix reuse.
 
     Build it with :meth:`load` or :func:`nlqo.models.load_llm` (bundled names, ``.gguf`` paths).
@@ -579,26 +568,6 @@ class LlamaCppLLM:
         )
 
     # --- the LLM protocol ----------------------------------------------------------------------
-
-    def complete(
-        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
-    ) -> Completion:
-        """Continue raw ``prompt`` (tokenized with the vocabulary's BOS, like a prompt)."""
-        ids = self.encode(prompt, special=True)
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] = (),
-        max_tokens: int = 256,
-        prefix_cache: bool = False,
-        constraint: Constraint | None = None,
-    ) -> Completion:
-        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given)."""
-        ids = self.encode(self.format_chat(messages))
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def generate_ids(
         self,
@@ -686,7 +655,7 @@ class LlamaCppLLM:
 
 
 @attrs.define(eq=False)
-class LlamaSession:
+class LlamaSession(TokenSegments):
     """A token sequence continued by :class:`LlamaCppLLM`; the same API as :class:`nlqo.llm.local.Session`.
 
     Its tokens stay resident in a slot between calls, so each ``generate`` computes only what was
@@ -698,26 +667,6 @@ class LlamaSession:
     _prefix_len: int
     """Tokens of the fixed prefix to save at the first generation (0: do not)."""
     usage: Usage = Usage()
-
-    @property
-    def token_ids(self) -> tuple[int, ...]:
-        return tuple(self._ids)
-
-    @property
-    def text(self) -> str:
-        return self.llm.decode(self._ids)
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def append(self, text: str) -> tuple[int, ...]:
-        """Add fixed ``text`` (tokenized on its own, no BOS); computed at the next :meth:`generate`."""
-        return self.append_ids(self.llm.encode(text))
-
-    def append_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
-        ids = tuple(int(i) for i in ids)
-        self._ids.extend(ids)
-        return ids
 
     def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
         """Continue greedily (under ``constraint`` when given); the generated and forced tokens stay

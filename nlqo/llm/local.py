@@ -42,21 +42,10 @@ import torch
 
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.llm.tokens import TokenLLM, TokenSegments, common_prefix
 from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """Length of the common prefix of two token sequences.
-
-    >>> _common_prefix((1, 2, 3), [1, 2, 4, 5])
-    2
-    """
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def _crop(cache: Any, length: int) -> None:
@@ -107,7 +96,7 @@ def quantized(model: Any, quantize: str) -> Any:
 
 
 @attrs.define(eq=False)
-class TransformersLLM:
+class TransformersLLM(TokenLLM):
     """A causal LM from transformers, greedy, thread-safe, with prefix caching and sessions.
 
     Build it with :meth:`load` (a local model directory) or
@@ -188,26 +177,6 @@ class TransformersLLM:
         return self.tokenizer.apply_chat_template(rows, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     # --- the LLM protocol --------------------------------------------------------------------
-
-    def complete(
-        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
-    ) -> Completion:
-        """Continue raw ``prompt`` (tokenized with the tokenizer's special tokens, like a prompt)."""
-        ids = self.encode(prompt, special=True)
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
-
-    def chat(
-        self,
-        messages: Sequence[ChatMessage],
-        *,
-        stop: Sequence[str] = (),
-        max_tokens: int = 256,
-        prefix_cache: bool = False,
-        constraint: Constraint | None = None,
-    ) -> Completion:
-        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given)."""
-        ids = self.encode(self.format_chat(messages))
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
 
     def generate_ids(
         self,
@@ -300,7 +269,7 @@ class TransformersLLM:
         """
         best_key, best = None, 0
         for key in self._prefixes:
-            n = _common_prefix(key, ids)
+            n = common_prefix(key, ids)
             if n > best:
                 best_key, best = key, n
         reuse = min(best, len(ids) - 1)
@@ -399,7 +368,7 @@ class TransformersLLM:
 
 
 @attrs.define(eq=False)
-class Session:
+class Session(TokenSegments):
     """A token sequence with its live KV state; see the module docstring.
 
     Made by :meth:`TransformersLLM.session`. ``usage`` sums this session's ``generate`` calls
@@ -415,33 +384,9 @@ class Session:
     usage: Usage = Usage()
 
     @property
-    def token_ids(self) -> tuple[int, ...]:
-        """Everything the model has seen or will see next, generated tokens included."""
-        return tuple(self._ids)
-
-    @property
-    def text(self) -> str:
-        return self.llm.decode(self._ids)
-
-    @property
     def cached_tokens(self) -> int:
         """How many of the tokens have a computed KV state."""
         return 0 if self._cache is None else self._cache.get_seq_length()
-
-    def __len__(self) -> int:
-        return len(self._ids)
-
-    def append(self, text: str) -> tuple[int, ...]:
-        """Add fixed ``text`` (tokenized on its own, no special tokens); return its token ids.
-
-        Nothing is computed until the next :meth:`generate`, which prefills only the new tokens.
-        """
-        return self.append_ids(self.llm.encode(text))
-
-    def append_ids(self, ids: Sequence[int]) -> tuple[int, ...]:
-        ids = tuple(int(i) for i in ids)
-        self._ids.extend(ids)
-        return ids
 
     def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
         """Continue greedily (under ``constraint`` when given); the generated and forced tokens
