@@ -43,12 +43,16 @@ def _rules() -> str:
 
 
 def question_words(question: str) -> set[str]:
-    """The words the grounding rule compares: runs of ``[a-z0-9]`` longer than two, lower-cased.
+    """The words the grounding rule compares: runs of ASCII letters and digits longer than two,
+    lower-cased. Split before lower-casing, as the grammar's word match does: case folding may
+    change a string's length ("İ".lower() is two characters), never an ASCII word's.
 
     >>> sorted(question_words("Who directed Jaws (1975)?"))
     ['1975', 'directed', 'jaws', 'who']
+    >>> sorted(question_words("THEİ"))
+    ['the']
     """
-    return {w for w in re.findall(r"[a-z0-9]+", question.lower()) if len(w) > 2}
+    return {w.lower() for w in re.findall(r"[A-Za-z0-9]+", question) if len(w) > 2}
 
 
 def constant_terminal(question: str | None) -> str:

@@ -47,12 +47,6 @@ def _accept(question, text: str) -> None:
         check_grounded(query, question)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug found by this test: the generation grammar accepts a constant the grounding check refuses "
-    "when case folding changes its length (e.g. 'THE\u0130' from a question with 'the'); fix the grammar's word "
-    "match or the check so both fold alike",
-)
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(st.data(), grammars())
 def test_strings_lark_generates_from_both_stages_are_valid_grounded_ir(data, spec):
