@@ -8,7 +8,7 @@ NLQO := $(VENV)/bin/nlqo
 # The bundled model `nlqo ask` uses by default (nlqo/config.py DEFAULT_MODEL; docs/models.md says why).
 MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
-QUESTION ?= In which city was the director of the film Jaws born?
+QUESTION ?= In which city was the author of The Hobbit born?
 
 .PHONY: demo test lint install install-test clean-venv bench bench-report ablations experiments
 

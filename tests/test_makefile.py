@@ -57,3 +57,19 @@ def test_make_test_runs_ruff_and_mypy_before_pytest():
     assert plan.returncode == 0, plan.stderr
     steps = [line for line in plan.stdout.splitlines() if "-m ruff" in line or "-m mypy" in line or "-m pytest" in line]
     assert [s.split(" -m ")[1].split()[0] for s in steps] == ["ruff", "mypy", "pytest"]
+
+
+
+def test_the_demo_question_is_in_no_prompt_and_its_answer_is_in_the_demo_corpus():
+    """A demo whose question or answer is in a prompt's demonstration proves nothing: the model could copy it."""
+    line = next(line for line in (ROOT / "Makefile").read_text().splitlines() if line.startswith("QUESTION ?="))
+    question = line.split("?=", 1)[1].strip()
+    assert f'nlqo ask "{question}"' in (ROOT / "README.md").read_text()
+    prompts = "\n".join(p.read_text() for p in (ROOT / "nlqo" / "prompts").glob("*.py"))
+    names = [w.strip("?") for w in question.split()[1:] if w[0].isupper()]  # the entities the question names
+    assert names == ["The", "Hobbit"]
+    for text in ("Hobbit", "Tolkien", "Bloemfontein", question):
+        assert text not in prompts, f"{text!r} is in a prompt"
+    corpus = (ROOT / "examples" / "demo_corpus.jsonl").read_text()
+    assert "The Hobbit is a children's fantasy novel by the English author J. R. R. Tolkien" in corpus
+    assert "He was born in Bloemfontein" in corpus
