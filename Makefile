@@ -93,8 +93,9 @@ ABLATION_parallel := --strategies tree --parallel on,off
 ABLATION_ir-cleanup := --strategies tree,auto --ir-cleanup off,on
 ABLATION_plan-hints := --strategies auto --plan-hints on,off
 ABLATION_guard-rewrites := --strategies tree --guard-rewrites off,on
+ABLATION_tree-queries := --strategies tree,auto --tree-queries rewrite,substitute
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

@@ -142,7 +142,7 @@ def build_engine(
         embedder=embedder,
         optimizer=optimizer,
         linear=LinearExecutor(llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse),
-        tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites),
+        tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
         profile=profile,
         config=config,
     )

@@ -24,6 +24,8 @@ DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
 RUNTIMES = ("auto", "llama-cpp", "transformers")
 STRATEGIES = ("auto", "linear", "tree")
+TREE_QUERIES = ("rewrite", "substitute")
+"""How a tree node's question is made (:class:`nlqo.execute.tree.TreeExecutor`)."""
 RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
 
 
@@ -91,6 +93,8 @@ class EngineConfig:
     ir_cleanup: bool = False
     plan_hints: bool = True
     guard_rewrites: bool = False
+    tree_queries: str = attrs.field(default="rewrite", validator=_in(TREE_QUERIES))
+    """Tree nodes' questions: the LLM rewrites each atom, or children's answers are substituted into it."""
     repairs: int = 2
     """Times invalid IR is sent back to the LLM with its error."""
     constrained: bool = True

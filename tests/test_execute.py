@@ -134,6 +134,51 @@ def test_guarded_rewrites_replace_a_copy_of_the_main_question_by_the_atom(guard)
     assert nodes == retriever.queries
 
 
+
+def test_substituted_node_questions_carry_child_answers_and_skip_the_rewrite():
+    plan = structural_plan(CHAIN)
+    retriever = KeywordRetriever(PASSAGES)
+    llm = NodeLLM()
+    result = TreeExecutor(llm, retriever, queries="substitute").run(plan)
+    assert [kind for kind, _ in llm.events] == ["done", "done", "done"]  # no rewrite call at all
+    leaf, inner, root = retriever.queries
+    assert leaf == "d directed Jaws"
+    child = "A(What is ?d in: ?d directed Jaws?)"
+    assert inner == f"{child} born in city"  # the child's answer in place of ?d
+    assert [q for _, q in llm.events][1] == f"What is ?city in: {child} born in ?city?"
+    notes = [s.note for s in result.trace if s.kind == "retrieve"]
+    assert notes[:2] == ["question by substitution: What is ?d in: ?d directed Jaws?", f"question by substitution: What is ?city in: {child} born in ?city?"]
+    assert notes[2] == "" and root.startswith("In which city was the director of Jaws born?")
+    assert len(result.llm_steps) == 3
+
+
+class EmptyChildLLM(NodeLLM):
+    """Answers nothing to the leaf: its parent cannot be filled in and falls back to the rewrite."""
+
+    def chat(self, messages, *, stop=(), max_tokens=32):
+        from nlqo.llm.base import Completion, Usage
+
+        text = messages[-1].content
+        if "Question: What is ?d in:" in text:
+            return Completion("", Usage(prompt_tokens=10, generated_tokens=1, calls=1))
+        return super().chat(messages, stop=stop, max_tokens=max_tokens)
+
+
+def test_a_node_whose_child_gave_no_answer_is_rewritten_by_the_llm():
+    plan = structural_plan(CHAIN)
+    retriever = KeywordRetriever(PASSAGES)
+    llm = EmptyChildLLM()
+    TreeExecutor(llm, retriever, queries="substitute").run(plan)
+    assert ("start", "?d born in ?city") in llm.events
+    assert retriever.queries[1] == "Q(?d born in ?city)"
+
+
+def test_tree_queries_is_an_engine_option_and_refuses_unknown_values():
+    assert EngineConfig(tree_queries="substitute").with_options(tree_queries="rewrite").tree_queries == "rewrite"
+    with pytest.raises(ValueError, match="tree_queries"):
+        EngineConfig(tree_queries="guess")
+
+
 def test_terminator_math():
     assert max_similarity(np.array([1.0, 0.0]), np.array([[0.6, 0.8], [0.0, 1.0]])) == pytest.approx(0.6)
     t = Terminator(HashEmbedder(), tau=0.85)

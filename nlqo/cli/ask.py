@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0
-    print(result.answer)
+    print(result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)")
     for p in result.supporting:
         print(f"  - {p.title} [{p.id}]")
     s = result.stats()

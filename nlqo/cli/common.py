@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nlqo.config import DEFAULT_MODEL, RETRIEVAL_MODES, RUNTIMES, STRATEGIES, EngineConfig
+from nlqo.config import DEFAULT_MODEL, RETRIEVAL_MODES, RUNTIMES, STRATEGIES, TREE_QUERIES, EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.llm.backends import load_llm
 
@@ -78,6 +78,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
     group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
+    group.add_argument("--tree-queries", choices=TREE_QUERIES, default=None, help="tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into its atom (the rewrite only where that fails) (default: rewrite)")
     group.add_argument("--max-question-chars", type=int, default=2000, metavar="N", help="refuse longer questions (default: %(default)s)")
     add_runtime_options(group)
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
@@ -139,6 +140,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             ir_cleanup=bool(given.get("ir_cleanup", False)),
             plan_hints=not given.get("no_plan_hints", False),
             guard_rewrites=bool(given.get("guard_rewrites", False)),
+            tree_queries=opt("tree_queries", base.tree_queries),  # type: ignore[arg-type]
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]
             constrained=opt("constrained", base.constrained),  # type: ignore[arg-type]
             parse_atoms=opt("parse_atoms", base.parse_atoms),  # type: ignore[arg-type]

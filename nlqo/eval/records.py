@@ -14,6 +14,7 @@ from typing import Any, Iterable
 
 from nlqo.errors import ConfigError
 from nlqo.eval.datasets import Question
+from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.eval.metrics import evidence_recall, score
 from nlqo.execute.trace import RunResult
 
@@ -53,6 +54,7 @@ def make_record(
         "question": question.question,
         "answer": answer,
         "answers": list(question.answers),
+        "demo_leak": demo_leak(answer, passage_texts(result)) if result is not None else None,
         "em": scores.em,
         "f1": scores.f1,
         "acc": scores.acc,

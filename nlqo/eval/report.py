@@ -178,6 +178,24 @@ def _stray_yes_no(summary: dict[str, Any]) -> str:
     return f"Answered a bare yes or no to a question whose gold answer is neither (questions): {', '.join(cells)}." if cells else ""
 
 
+def _demo_leaks(summary: dict[str, Any]) -> str:
+    """Which strategies answered with a demonstration's answer that no retrieved passage contains.
+
+    >>> _demo_leaks({"strategies": ["a", "b"], "results": {"a": {"demo_leaks": 0}, "b": {"demo_leaks": 0}}})
+    'Demonstration answers in predictions without a retrieved passage that contains them: none.'
+    >>> _demo_leaks({"strategies": ["a", "b"], "results": {"a": {"demo_leaks": 2}, "b": {}}})
+    'Demonstration answers in predictions without a retrieved passage that contains them: **a 2** (copied from a prompt).'
+    >>> _demo_leaks({"strategies": ["a"], "results": {"a": {"demo_leaks": None}}})
+    ''
+    """
+    results = summary["results"]
+    if all(results[n].get("demo_leaks") is None for n in summary["strategies"]):
+        return ""  # records from before the check
+    cells = [f"{n} {results[n]['demo_leaks']}" for n in summary["strategies"] if results[n].get("demo_leaks")]
+    head = "Demonstration answers in predictions without a retrieved passage that contains them: "
+    return head + (f"**{', '.join(cells)}** (copied from a prompt)." if cells else "none.")
+
+
 def _remaining(summary: dict[str, Any]) -> str:
     """The CPU time the missing questions need at the rate measured so far.
 
@@ -235,9 +253,9 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
         )
     lines += ["", markdown_table(summary)]
     lines += plan_groups_table(summary)
-    stray = _stray_yes_no(summary)
-    if stray:
-        lines += [stray, ""]
+    for line in (_stray_yes_no(summary), _demo_leaks(summary)):
+        if line:
+            lines += [line, ""]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]

@@ -59,6 +59,8 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["errors"] = sum(1 for r in rows if r.get("error"))
     out["parse_failed"] = sum(1 for r in rows if _unparsed(r))
     out["stray_yes_no"] = sum(1 for r in rows if stray_yes_no(r.get("answer", ""), r.get("answers", ())))
+    checked = any("demo_leak" in r for r in rows)  # records from before the check have no field
+    out["demo_leaks"] = sum(1 for r in rows if r.get("demo_leak")) if checked else None
     out["by_plan"] = plan_outcomes(rows)
     return out
 

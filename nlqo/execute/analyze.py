@@ -21,7 +21,7 @@ def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
         if physical.operator == "linear" and node.startswith("hop-"):
             hop = int(node.split("-")[1]) - 1
             node = order[hop] if hop < len(order) else ROOT
-        elif node == "answer":
+        elif node in ("answer", "fallback"):
             node = ROOT
         groups[node].append(i)
     return groups
@@ -125,7 +125,7 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
             f"stop: {s['stop_reason']}"
         )
         lines.append(f"Planning time: {s['planning_ms']:.0f} ms")
-        lines.append(f"Answer: {result.answer}")
+        lines.append(f"Answer: {result.answer}" if result.answer.strip() else "Answer: (none: no usable answer in the retrieved passages)")
     lines.append("(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])")
     return "\n".join(lines)
 

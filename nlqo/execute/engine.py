@@ -8,6 +8,7 @@ import attrs
 
 from nlqo.config import EngineConfig
 from nlqo.errors import LimitError, ParseFailure
+from nlqo.execute.fallback import answer_or_fallback
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
 from nlqo.execute.trace import PARSE_FAILED, RunResult, Step, Trace
@@ -127,14 +128,15 @@ class Engine:
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
-        """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first."""
+        """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first.
+        An empty answer gets one more try (:func:`~nlqo.execute.fallback.answer_or_fallback`)."""
         self._check(question)
         strategy = strategy or self.config.strategy
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
         trace = trace or Trace()
         if strategy == "linear":
-            return self.linear.run(question, trace=trace, strategy="linear")
+            return answer_or_fallback(self.linear.run(question, trace=trace, strategy="linear"), self.llm, k=self.k, trace=trace)
         return self.execute(question, self.plan(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
 
     def execute(self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -144,12 +146,14 @@ class Engine:
         trace = trace or Trace()
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             result = self.linear.run(question, trace=trace, strategy=strategy)
-            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
+            result = attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
+            return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
         physical = planned.physical
         if physical.operator == Operator.TREE:
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
         else:
             hints = physical.hints if self.config.plan_hints else ()
             result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
-        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
+        result = attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
+        return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
 

@@ -175,6 +175,7 @@ class RunResult:
         return {
             "question": self.question,
             "answer": self.answer,
+            "no_answer": not self.answer.strip(),
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),

@@ -11,6 +11,17 @@ import attrs
 from nlqo.llm.base import ChatMessage
 
 
+def demonstration_answers() -> frozenset[str]:
+    """Every answer a prompt's demonstrations give (each module's ``DEMO_ANSWERS``).
+
+    >>> {"Cincinnati", "Moby-Dick"} <= demonstration_answers()
+    True
+    """
+    from nlqo.prompts import baselines, execution
+
+    return frozenset(execution.DEMO_ANSWERS) | frozenset(baselines.DEMO_ANSWERS)
+
+
 @attrs.frozen
 class Prompt:
     """A chat prompt: system instruction, few-shot (user, assistant) pairs, and a user template."""

@@ -115,6 +115,10 @@ So the answer to the Main Question ({_COMPARE_Q}) is: Jaws
 
 """
 
+DEMO_ANSWERS = ("Cincinnati", "Jaws", "Steven Spielberg", "1975", "1979")
+"""Answers the demonstrations of this module give (final and intermediate): a prediction equal to
+one that no retrieved passage supports was copied from a demonstration (``nlqo.eval.leaks``)."""
+
 LINEAR = LinearTemplate(
     prefix="Answer the Main Question step by step. At each step propose one additional question that "
     "retrieves a missing fact, read the contexts, and state the fact they give in one sentence. When the "

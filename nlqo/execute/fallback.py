@@ -1,0 +1,80 @@
+"""The answer of last resort: a strategy that ends with an empty answer asks once more, for a short
+span of the passages it retrieved; when that is empty too, the result says "no answer" explicitly
+(``stop_reason`` ends in ``no_answer``, EXPLAIN and the JSON show it) instead of an empty string.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+from nlqo.answers import short_answer
+from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StepKind
+from nlqo.llm.base import LLM
+from nlqo.llm.constrain import Constraint, choice, constrained_chat
+from nlqo.passages import Passage
+from nlqo.prompts import execution
+
+NO_ANSWER = "no_answer"
+"""The ``stop_reason`` suffix of a run that found no answer."""
+FALLBACK_NODE = "fallback"
+MAX_SPAN_WORDS = 6
+
+
+def spans(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> list[str]:
+    """Every run of at most ``max_words`` words of ``texts`` (outer punctuation stripped), then
+    ``yes`` and ``no``: the answers a fallback may give.
+
+    >>> spans(["Jaws, by Spielberg."], max_words=2)
+    ['Jaws', 'Jaws, by', 'by', 'by Spielberg', 'Spielberg', 'yes', 'no']
+    """
+    out: dict[str, None] = {}
+    for text in texts:
+        words = text.split()
+        for i in range(len(words)):
+            for n in range(1, max_words + 1):
+                if i + n <= len(words):
+                    span = " ".join(words[i : i + n]).strip(".,;:!?()[]\"'")
+                    if span:
+                        out.setdefault(span)
+    for word in ("yes", "no"):
+        out.setdefault(word)
+    return list(out)
+
+
+def span_constraint(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> Constraint:
+    """A reply that is one span of ``texts`` (:func:`spans`)."""
+    return choice(spans(texts, max_words), name="passage-span")
+
+
+def retrieved(trace: Sequence[Step], k: int) -> list[PassageRef]:
+    """The best ``k`` distinct passages the run's retrieval steps found, with their texts."""
+    best: dict[str, PassageRef] = {}
+    for step in trace:
+        if step.kind == StepKind.RETRIEVE:
+            for ref in step.passages:
+                if ref.text and (ref.id not in best or ref.score > best[ref.id].score):
+                    best[ref.id] = ref
+    return sorted(best.values(), key=lambda r: -r.score)[:k]
+
+
+def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace | None = None) -> RunResult:
+    """``result`` itself when it has an answer; else the answer to one more call, constrained (where
+    the backend can) to a span of the retrieved passages; else ``result`` marked :data:`NO_ANSWER`."""
+    if result.answer.strip():
+        return result
+    trace = trace or Trace(list(result.trace))
+    refs = retrieved(result.trace, k)
+    answer = ""
+    if refs:
+        prompt = execution.ANSWER
+        passages = [Passage(id=r.id, title=r.title, text=r.text) for r in refs]
+        messages = prompt.messages(passages=execution.LINEAR.render_passages(passages), known="", question=result.question)
+        at = trace.now_ms()
+        out = constrained_chat(llm, messages, span_constraint([r.text for r in refs]), stop=prompt.stop, max_tokens=prompt.max_tokens)
+        trace.record(Step.llm(FALLBACK_NODE, out.usage, out.text, at, prompt=messages, note="the strategy's answer was empty: asked for a span of its passages"))
+        answer = short_answer(out.text)
+    reason = result.stop_reason + ("; fallback_answer" if answer else f"; {NO_ANSWER}")
+    return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=reason)

@@ -1,0 +1,67 @@
+"""An empty answer gets one more, span-constrained try, then an explicit "no answer"."""
+
+from __future__ import annotations
+
+import json
+
+from fakes import PASSAGES, HashEmbedder, KeywordRetriever
+from nlqo.config import EngineConfig
+from nlqo.execute.engine import Engine
+from nlqo.execute.fallback import NO_ANSWER, span_constraint, spans
+from nlqo.execute.trace import Trace
+from nlqo.llm import ScriptedLLM
+
+QUESTION = "In which city was the director of Jaws born?"
+
+
+def engine(llm) -> Engine:
+    config = EngineConfig(strategy="linear", measure_costs=False, cost_model="structural")
+    return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+
+
+def template_llm(final: str, fallback: str) -> ScriptedLLM:
+    """A linear run that asks one question, then answers ``final``; the fallback prompt gets ``fallback``."""
+    return ScriptedLLM(
+        [
+            ("Answer the question from the contexts", fallback),
+            ("Question:$", [" Who directed the film Jaws?", " In which city was the director of Jaws born?"]),
+            ("Based on the contexts,$", " Steven Spielberg directed Jaws."),
+            ("is:$", final),
+        ]
+    )
+
+
+def test_an_answer_is_kept_and_costs_no_extra_call():
+    llm = template_llm(" Cincinnati.", "Toronto")
+    result = engine(llm).ask(QUESTION)
+    assert result.answer == "Cincinnati" and "fallback" not in result.stop_reason
+    assert not any("Answer the question from the contexts" in c for c in llm.calls)
+
+
+def test_an_empty_answer_is_asked_again_over_the_passages_the_run_retrieved():
+    llm = template_llm(" ", "Cincinnati")
+    trace = Trace()
+    result = engine(llm).ask(QUESTION, trace=trace)
+    assert result.answer == "Cincinnati"
+    assert result.stop_reason.endswith("; fallback_answer")
+    last = result.trace[-1]
+    assert last.node == "fallback" and "empty" in last.note
+    asked = llm.calls[-1]
+    retrieved = {p.title for s in result.trace if s.kind == "retrieve" for p in s.passages}
+    assert retrieved and all(title in asked for title in retrieved)
+    assert trace.steps[-1] is last  # the caller's trace sees the step too
+
+
+def test_no_answer_at_all_is_said_in_the_json_and_the_stop_reason():
+    result = engine(template_llm(" ", "")).ask(QUESTION)
+    assert result.answer == "" and result.stop_reason.endswith(f"; {NO_ANSWER}")
+    data = json.loads(json.dumps(result.to_dict()))
+    assert data["no_answer"] is True and data["stats"]["stop_reason"].endswith(NO_ANSWER)
+
+
+def test_spans_are_short_runs_of_the_passages_plus_yes_and_no():
+    found = spans(["Steven Spielberg was born in Cincinnati, Ohio."], max_words=3)
+    assert "Cincinnati, Ohio" in found and "Cincinnati" in found and "born in Cincinnati" in found
+    assert "Spielberg was born in" not in found  # four words
+    assert found[-2:] == ["yes", "no"] and len(found) == len(set(found))
+    assert span_constraint(["a b"]).grammar == 'start: "a" | "a b" | "b" | "yes" | "no"'
