@@ -94,8 +94,9 @@ ABLATION_ir-cleanup := --strategies tree,auto --ir-cleanup off,on
 ABLATION_plan-hints := --strategies auto --plan-hints on,off
 ABLATION_guard-rewrites := --strategies tree --guard-rewrites off,on
 ABLATION_tree-queries := --strategies tree,auto --tree-queries rewrite,substitute
+ABLATION_plan-steps := --strategies auto --plan-steps off,on
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

@@ -92,6 +92,8 @@ class EngineConfig:
     workers: int | None = None
     ir_cleanup: bool = False
     plan_hints: bool = True
+    plan_steps: bool = False
+    """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
     guard_rewrites: bool = False
     tree_queries: str = attrs.field(default="rewrite", validator=_in(TREE_QUERIES))
     """Tree nodes' questions: the LLM rewrites each atom, or children's answers are substituted into it."""

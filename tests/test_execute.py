@@ -219,6 +219,26 @@ def test_linear_loop_stops_on_the_terminator_and_answers():
     assert {p.id for p in result.supporting} <= {"p1", "p2", "p5"}
 
 
+
+def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_last_fact():
+    llm = ScriptedLLM(
+        [
+            ("Question:$", " In which city was the director of Jaws born?"),
+            ("Based on the contexts,$", [" Steven Spielberg directed Jaws.", " Spielberg was born in Cincinnati."]),
+            ("is:$", " Cincinnati"),
+        ]
+    )
+    retriever = KeywordRetriever(PASSAGES)
+    executor = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False)
+    result = executor.run("In which city was the director of Jaws born?", steps=("?d directed Jaws", "?d born in ?city"))
+    assert retriever.queries == ["d directed Jaws", "Steven Spielberg directed Jaws. d born in city"]
+    assert result.answer == "Cincinnati" and result.hops == 2 and result.stop_reason == "terminator"
+    generated = [s.text for s in result.trace if s.kind == "llm"]
+    # two evidence sentences, the third hop's (generated) question that the terminator stops, the answer
+    assert generated == [" Steven Spielberg directed Jaws.", " Spielberg was born in Cincinnati.", " In which city was the director of Jaws born?", " Cincinnati"]
+    final_prompt = llm.calls[-1]
+    assert "Question: ?d directed Jaws\nContexts:" in final_prompt and "Question: ?d born in ?city\nContexts:" in final_prompt
+
 def test_linear_hop_cap():
     llm = ScriptedLLM([("Question:$", [" q one", " q two", " q three", " q four"]), ("", " x")])
     result = LinearExecutor(llm, KeywordRetriever(PASSAGES), HashEmbedder(), max_hops=3, kv_reuse=False).run("main")

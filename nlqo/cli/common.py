@@ -75,6 +75,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--ir-cleanup", action="store_true", help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it")
     add_constrained_options(group)
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
+    group.add_argument("--plan-steps", action="store_true", help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
     group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
@@ -139,6 +140,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             workers=given.get("workers"),
             ir_cleanup=bool(given.get("ir_cleanup", False)),
             plan_hints=not given.get("no_plan_hints", False),
+            plan_steps=bool(given.get("plan_steps", False)),
             guard_rewrites=bool(given.get("guard_rewrites", False)),
             tree_queries=opt("tree_queries", base.tree_queries),  # type: ignore[arg-type]
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]

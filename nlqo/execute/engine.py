@@ -152,8 +152,11 @@ class Engine:
         if physical.operator == Operator.TREE:
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
         else:
-            hints = physical.hints if self.config.plan_hints else ()
-            result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
+            if self.config.plan_steps:
+                result = self.linear.run(question, steps=physical.hints, trace=trace, strategy=strategy)
+            else:
+                hints = physical.hints if self.config.plan_hints else ()
+                result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
         result = attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
         return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
 

@@ -9,6 +9,7 @@ sub-question, the model writes the final answer.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Sequence
 
@@ -22,6 +23,24 @@ from nlqo.llm.base import LLM
 from nlqo.llm.session import Session, TokenSession, open_session
 from nlqo.passages import Embedder, Retriever
 from nlqo.prompts.execution import LINEAR, LinearTemplate
+
+
+_VARIABLE = re.compile(r"\?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def step_query(atom: str, fact: str) -> str:
+    """The retrieval query of a plan step: the atom with its variables as words, after the last
+    fact when the atom has a variable (the fact holds the value an earlier step found).
+
+    >>> step_query("?director directed Jaws", "")
+    'director directed Jaws'
+    >>> step_query("?director born in ?city", "the film Jaws was directed by Steven Spielberg.")
+    'the film Jaws was directed by Steven Spielberg. director born in city'
+    >>> step_query("Jaws released in 1975", "a fact")
+    'Jaws released in 1975'
+    """
+    words = _VARIABLE.sub(lambda m: m.group(1).replace("_", " "), atom)
+    return f"{fact} {words}" if fact and words != atom else words
 
 
 @attrs.define(eq=False)
@@ -50,7 +69,12 @@ class LinearExecutor:
             self._prefix = open_session(self.llm, self.template.scaffold, kv_reuse=True)
         return self._prefix.fork()
 
-    def run(self, question: str, *, hints: Sequence[str] = (), trace: Trace | None = None, strategy: str = "linear") -> RunResult:
+    def run(
+        self, question: str, *, hints: Sequence[str] = (), steps: Sequence[str] = (), trace: Trace | None = None, strategy: str = "linear"
+    ) -> RunResult:
+        """Answer ``question``. ``hints`` are shown before each proposal; ``steps`` (a plan's atoms in
+        execution order) are the first hops' questions themselves, appended instead of generated and
+        retrieved with the last fact in place of their variables; later hops are generated as usual."""
         trace = trace or Trace()
         started = time.perf_counter()
         t = self.template
@@ -67,7 +91,13 @@ class LinearExecutor:
             if hop <= len(hints):
                 self._append(session, t.hint.format(step=hop, atom=hints[hop - 1]))
             self._append(session, t.propose.format(question=question, facts=t.facts_clause(facts)))
-            sub = self._generate(session, node, trace, self.max_question_tokens).strip()
+            if hop <= len(steps):
+                sub = steps[hop - 1]
+                self._append(session, " " + sub)
+                query = step_query(sub, facts[-1] if facts else "")
+            else:
+                sub = self._generate(session, node, trace, self.max_question_tokens).strip()
+                query = sub
             score = terminator.score(sub) if sub else 1.0
             if hop > self.min_hops and terminator.should_stop(score) or not sub:
                 trace.record(Step(node=node, kind=StepKind.STOP, text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
@@ -76,8 +106,8 @@ class LinearExecutor:
             hops = hop
             at = trace.now_ms()
             t0 = time.perf_counter()
-            hits = self.retriever.search(sub, self.k)
-            step = trace.record(Step.retrieve(node, sub, hits, (time.perf_counter() - t0) * 1000, at))
+            hits = self.retriever.search(query, self.k)
+            step = trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - t0) * 1000, at))
             trace.steps[-1] = attrs.evolve(step, terminator_score=score)
             for h in hits:
                 supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
