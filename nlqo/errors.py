@@ -93,3 +93,7 @@ class CorpusError(NlqoError):
         self.line = line
         where = f"{path}:{line}" if line else path
         super().__init__(f"{where}: {message}")
+
+
+class ClusterError(NlqoError):
+    """A Dask cluster (``--cluster``) that failed the work it was given."""

@@ -118,3 +118,44 @@ def llama_server_fixture(model: Path | None = None, *, n_ctx: int = 2048, scope:
             yield base
 
     return llama_server
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def llama_server_binary() -> Path:
+    """llama.cpp's own server as scripts/build-llama-server.sh builds it (skip, or fail under CI, when absent)."""
+    root = Path(os.environ.get("NLQO_LLAMA_SERVER_DIR", Path.home() / ".cache" / "nlqo" / "llama-server"))
+    binary = Path(os.environ.get("LLAMA_SERVER", root / "bin" / "llama-server"))
+    if not os.access(binary, os.X_OK):
+        unavailable(f"llama-server is not built ({binary}); run scripts/build-llama-server.sh")
+    return binary
+
+
+@contextlib.contextmanager
+def run_slot_server(slots: int, *, threads: int = 2, ctx_per_slot: int = 2048, startup_timeout_s: float = 180.0) -> Iterator[str]:
+    """Start llama.cpp's server with ``slots`` slots on SmolLM2 through scripts/serve-llama.sh, as a
+    user would; yield its base URL (the model answers to ``MODEL_ALIAS``)."""
+    binary, gguf = llama_server_binary(), smollm2_gguf()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/v1"
+    env = {**os.environ, "LLAMA_SERVER": str(binary), "PYTHON": sys.executable}
+    command = ["sh", str(REPO / "scripts" / "serve-llama.sh"), "--slots", str(slots), "--threads", str(threads),
+               "--ctx-per-slot", str(ctx_per_slot), "--port", str(port), str(gguf)]  # fmt: skip
+    with tempfile.TemporaryFile(mode="w+") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        try:
+            deadline = time.monotonic() + startup_timeout_s
+            while not _answers(f"http://127.0.0.1:{port}/health"):  # 200 once the model is loaded
+                if process.poll() is not None or time.monotonic() > deadline:
+                    log.seek(0)
+                    pytest.fail(f"llama-server did not become ready on port {port}:\n{log.read()[-3000:]}")
+                time.sleep(0.25)
+            yield base
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()

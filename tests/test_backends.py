@@ -122,9 +122,10 @@ def test_the_response_cache_keys_on_the_declared_identity(tmp_path):
 def test_the_local_and_server_backends_declare_their_capabilities():
     from nlqo.llm.openai_compat import OpenAICompatLLM
 
-    assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(cache_identity=True)
+    # nothing listens on port 1: no slots reported, concurrency 1
+    assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(server_slots=True, cache_identity=True)
     told = OpenAICompatLLM("http://127.0.0.1:1", "m", grammar_field="grammar")
-    assert told.capabilities == Capabilities(cache_identity=True, constraint="server")
+    assert told.capabilities == Capabilities(server_slots=True, cache_identity=True, constraint="server")
     try:
         from nlqo.llm.local import TransformersLLM
     except ImportError:  # pragma: no cover - torch is a dependency

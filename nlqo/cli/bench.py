@@ -6,10 +6,13 @@ import argparse
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from nlqo.cli.common import add_planning_options, add_runtime_options, config_from_args
 from nlqo.errors import ConfigError
+
+if TYPE_CHECKING:
+    from nlqo.strategies import Strategy
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 FALLBACK_MODEL = "qwen2.5-coder-1.5b"
@@ -71,6 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)")
     runs.add_argument("--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)")
     runs.add_argument("--jobs", type=int, default=1, metavar="N", help="questions run at once in threads (default: 1, for timing)")
+    runs.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers: N local worker processes, or a running scheduler; each worker loads the model and index once, this process writes the records (docs/scale-out.md)")
     runs.add_argument("--judge", metavar="NAME", help="also grade answers with this LLM (same names as --model)")
     runs.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     ablation = p.add_argument_group("ablations (linear, tree, auto)")
@@ -141,6 +145,8 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     if args.jobs != 1:
         cmd += ["--jobs", str(args.jobs)]
+    if getattr(args, "cluster", None):
+        cmd += ["--cluster", args.cluster]
     if getattr(args, "runtime", "auto") != "auto":
         cmd += ["--runtime", args.runtime]
     if getattr(args, "quantize", "none") != "none":
@@ -157,6 +163,17 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     return cmd
 
 
+def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> dict:
+    """Strategy name -> strategy over ``index`` (planned ones start from ``config``). Each gets a
+    fork of ``llm`` with its own prefix cache when the backend declares forks, so no strategy's
+    timing depends on which one ran before it."""
+    from nlqo.llm.base import forked
+    from nlqo.strategies import build_strategy
+
+    retriever = index.retriever(retrieval)
+    return {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=k, config=config) for spec in specs}
+
+
 def default_model() -> str:
     """The project's default model."""
     from nlqo.config import DEFAULT_MODEL
@@ -164,37 +181,37 @@ def default_model() -> str:
     return DEFAULT_MODEL
 
 
-def _bench(args: argparse.Namespace, specs: list[str]) -> int:
+def bench_config(args: argparse.Namespace, model: str):
+    """The :class:`~nlqo.config.EngineConfig` every strategy of the run starts from."""
     import attrs
 
-    from nlqo.builder import load_model
-    from nlqo.llm.backends import runtime_of
+    return attrs.evolve(config_from_args(args), model=model, cost_model="default", embedder=None)
+
+
+def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     from nlqo.eval.datasets import QuestionSet
-    from nlqo.eval.judge import LLMJudge
-    from nlqo.eval.runner import Bench
     from nlqo.eval.summary import markdown_table
     from nlqo.eval.workspace import open_index
-    from nlqo.llm.base import forked
-    from nlqo.llm.cache import with_cache
-    from nlqo.strategies import build_strategy
 
     out = Path(args.out)
     questions = QuestionSet.load(args.questions, limit=args.limit)
-    index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
-    retriever = index.retriever(args.retrieval)
     model = args.model or default_model()
-    config = attrs.evolve(config_from_args(args), model=model, cost_model="default", embedder=None)
-    backend = load_model(config)
-    llm = with_cache(backend, args.llm_cache)
-    # each strategy gets a fork with its own prefix cache (when the backend declares forks), so no
-    # strategy's timing depends on which one ran before it
-    strategies = {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=args.k, config=config) for spec in specs}
-    judge = LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
-    meta: dict[str, Any] = {
+    if getattr(args, "cluster", None):
+        summary = _bench_on_cluster(args, specs, questions, bench_config(args, model))
+    else:
+        index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
+        summary = _bench_here(args, specs, questions, bench_config(args, model), index, source)
+    print(markdown_table(summary), end="")
+    print(f"n={summary['n']} questions ({summary['pending']} pending); results in {out}", file=sys.stderr)
+    return 0
+
+
+def _meta(args: argparse.Namespace, model: str, index, source: dict[str, Any], runtime: str, threads) -> dict[str, Any]:
+    return {
         "model": model,
-        "runtime": runtime_of(backend),
+        "runtime": runtime,
         "quantize": args.quantize,
-        "threads": getattr(backend, "threads", args.threads),
+        "threads": threads,
         "embedder": index.manifest.embedder,
         "retrieval": args.retrieval,
         "k": args.k,
@@ -202,8 +219,48 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
         "command": command_line(args, model),
         **source,
     }
-    bench = Bench(questions, strategies, out, meta=meta, seed=args.seed, jobs=args.jobs, judge=judge, progress=not args.quiet)
-    summary = bench.run()
-    print(markdown_table(summary), end="")
-    print(f"n={summary['n']} questions ({summary['pending']} pending); results in {out}", file=sys.stderr)
-    return 0
+
+
+def _bench_here(args: argparse.Namespace, specs: list[str], questions, config, index, source: dict[str, Any]) -> dict[str, Any]:
+    """The run in this process (``--jobs`` threads)."""
+    import attrs
+
+    from nlqo.builder import load_model
+    from nlqo.eval.judge import LLMJudge
+    from nlqo.eval.runner import Bench
+    from nlqo.llm.backends import runtime_of
+    from nlqo.llm.cache import with_cache
+
+    backend = load_model(config)
+    llm = with_cache(backend, args.llm_cache)
+    strategies = build_strategies(specs, llm, index, retrieval=args.retrieval, k=args.k, config=config)
+    judge = LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
+    meta = _meta(args, config.model, index, source, runtime_of(backend), getattr(backend, "threads", args.threads))
+    bench = Bench(questions, strategies, Path(args.out), meta=meta, seed=args.seed, jobs=args.jobs, judge=judge, progress=not args.quiet)
+    return bench.run()
+
+
+def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, config) -> dict[str, Any]:
+    """The same run with the questions answered on Dask workers (Dask is imported only here)."""
+    from nlqo.cluster import ClusterSpec, connect
+    from nlqo.eval.cluster import ClusterRun, Recipe
+    from nlqo.eval.runner import Bench
+    from nlqo.eval.workspace import index_digest, open_index
+
+    if args.jobs != 1:
+        raise ConfigError("--jobs runs questions in threads of this process; with --cluster every worker runs one question at a time (start more workers instead)")
+    out = Path(args.out)
+    with connect(ClusterSpec.parse(args.cluster)) as connection:
+        index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet, cluster=connection)
+        recipe = Recipe(
+            config=config, index=source["index"], index_digest=index_digest(index), strategies=tuple(specs),
+            embedder=args.embedder, retrieval=args.retrieval, k=args.k,
+            llm_cache=str(Path(args.llm_cache).absolute()) if args.llm_cache else None, judge=args.judge,
+        )  # fmt: skip
+        run = ClusterRun.start(connection, recipe)
+        described = run.meta()
+        meta = {**_meta(args, config.model, index, source, described.pop("runtime"), described.pop("threads")), **described}
+        # the strategies live on the workers: this process needs only their names
+        names = cast("dict[str, Strategy]", dict.fromkeys(specs))
+        bench = Bench(questions, names, out, meta=meta, seed=args.seed, progress=not args.quiet, executor=run)
+        return bench.run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import warnings
 
@@ -27,6 +28,7 @@ examples:
   nlqo index corpus.jsonl.gz --out idx/
   nlqo index notes/ --out idx/ --max-tokens 150 --overlap 30 --kind hnsw
   nlqo index dump.jsonl --out idx/ --id-field doc_id --text-field body --on-error skip
+  nlqo index big.jsonl.gz --out idx/ --index-type hnsw --cluster local:2
 """
 
 
@@ -43,8 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", "-o", required=True, metavar="DIR", help="index folder to create or replace")
     p.add_argument("--embedder", default=DEFAULT_EMBEDDER, metavar="NAME",
                    help=f"bundled name, local sentence-transformers folder, or cached hub id (default: {DEFAULT_EMBEDDER})")
-    p.add_argument("--kind", choices=KINDS, default="flat",
-                   help="FAISS index: exact 'flat' (default), graph 'hnsw', or clustered 'ivf' for large corpora")
+    p.add_argument("--kind", "--index-type", dest="kind", choices=KINDS, default="flat",
+                   help="FAISS index: exact 'flat' (default), graph 'hnsw', or clustered 'ivf' for large corpora (recall and speed: docs/scale-out.md)")
     p.add_argument("--on-error", choices=ON_ERROR, default="fail",
                    help="bad corpus records: stop at the first ('fail', default) or skip them and report them ('skip')")
     fields = p.add_argument_group("JSON Lines fields")
@@ -57,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--no-title", action="store_true", help="embed and BM25-index the text alone, without the title")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per embedding batch (default: 64)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads for embedding (default: one per core); 1 is faster on a busy machine")
+    p.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="embed on Dask workers (N local worker processes, or a running scheduler); the index is still assembled and swapped in here (docs/scale-out.md)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -71,8 +74,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"nlqo index: error: {exc}", file=sys.stderr)
         return 2
     set_threads(args.threads)
-    embedder = SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
-    with warnings.catch_warnings():
+    cluster = contextlib.ExitStack()
+    embedder = _cluster_embedder(args, cluster) if args.cluster else SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
+    with cluster, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="skipped .* bad corpus record")
         report = build_index(
             args.source,
@@ -95,3 +99,15 @@ def run(args: argparse.Namespace) -> int:
         f"into {report.path} [{m.kind}, {m.embedder}, dim {m.dim}]; skipped {len(report.skipped)} bad records"
     )
     return 0
+
+
+def _cluster_embedder(args: argparse.Namespace, stack: contextlib.ExitStack):
+    """An embedder on the cluster ``--cluster`` names, connected for as long as ``stack`` is open."""
+    from nlqo.cluster import ClusterSpec, connect
+    from nlqo.index.distributed import ClusterEmbedder
+
+    with contextlib.ExitStack() as opening:  # closes the connection if loading the model fails
+        connection = opening.enter_context(connect(ClusterSpec.parse(args.cluster)))
+        embedder = ClusterEmbedder.start(connection, args.embedder, batch_size=args.batch_size, threads=args.threads)
+        stack.push(opening.pop_all())
+    return embedder

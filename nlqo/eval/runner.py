@@ -16,14 +16,14 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
 from nlqo import __version__
 from nlqo.errors import ConfigError, NlqoError
 from nlqo.eval import plan_pages
-from nlqo.eval.datasets import YES_NO, QuestionSet
+from nlqo.eval.datasets import YES_NO, Question, QuestionSet
 from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
@@ -82,6 +82,31 @@ def source_commit() -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
+def run_record(
+    strategy: Strategy,
+    question: Question,
+    index: int,
+    name: str,
+    *,
+    yes_no: bool = False,
+    judge: LLMJudge | None = None,
+    clock: Callable[[], float] = time.perf_counter,
+) -> dict[str, Any]:
+    """Run ``strategy`` on ``question`` (number ``index`` of its set) and return the record named
+    ``name``; a run that fails with an nlqo error is a wrong answer with ``error``."""
+    result, error = None, None
+    started = clock()
+    try:
+        result = strategy.run(question.question)
+    except NlqoError as exc:
+        error = f"{type(exc).__name__}: {exc}"
+    seconds = clock() - started
+    judged = None
+    if judge is not None:
+        judged = judge.grade(question.question, question.answers, result.answer if result else "")
+    return make_record(question, index, name, result, seconds, yes_no_question=yes_no, judge=judged, error=error)
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
@@ -102,6 +127,10 @@ class Bench:
     judge: LLMJudge | None = None
     progress: bool = True
     clock: Callable[[], float] = time.perf_counter
+    executor: Callable[[Bench, list[tuple[int, str]]], Iterable[list[dict[str, Any]]]] | None = None
+    """Runs the (question index, strategy) pairs still missing and yields their records as they
+    finish (e.g. :class:`nlqo.eval.cluster.ClusterRun`); None runs them here, in ``jobs`` threads.
+    Records are written by this process either way."""
 
     @property
     def names(self) -> list[str]:
@@ -147,21 +176,16 @@ class Bench:
     def run_one(self, index: int, name: str) -> dict[str, Any]:
         """Run strategy ``name`` on question ``index``; its record (a failed run is a wrong answer with ``error``)."""
         question = self.questions.questions[index]
-        result, error = None, None
-        started = self.clock()
-        try:
-            result = self.strategies[name].run(question.question)
-        except NlqoError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        seconds = self.clock() - started
-        judged = None
-        if self.judge is not None:
-            judged = self.judge.grade(question.question, question.answers, result.answer if result else "")
-        return make_record(
-            question, index, name, result, seconds, yes_no_question=self.questions.kind == YES_NO or question.is_yes_no, judge=judged, error=error
-        )
+        return run_record(self.strategies[name], question, index, name, yes_no=self.yes_no(question), judge=self.judge, clock=self.clock)
+
+    def yes_no(self, question: Question) -> bool:
+        """Whether ``question`` is scored as a yes/no question."""
+        return self.questions.kind == YES_NO or question.is_yes_no
 
     def _execute(self, todo: list[tuple[int, str]]) -> Iterator[list[dict[str, Any]]]:
+        if self.executor is not None:
+            yield from self.executor(self, todo)
+            return
         if self.jobs <= 1:
             for index, name in todo:
                 yield [self.run_one(index, name)]

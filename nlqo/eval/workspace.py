@@ -5,11 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nlqo.errors import IndexFileError
 from nlqo.index.manifest import sha256_file
 from nlqo.index.search import Index
+
+if TYPE_CHECKING:
+    from nlqo.passages import Embedder
 
 SOURCE = "index.source.json"
 """Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
@@ -24,12 +27,14 @@ def index_digest(index: Index) -> str:
 
 
 def open_index(
-    out: Path, *, corpus: str | None = None, index: str | None = None, embedder: str | None = None, progress: bool = True
+    out: Path, *, corpus: str | None = None, index: str | None = None, embedder: str | None = None, progress: bool = True, cluster=None
 ) -> tuple[Index, dict[str, Any]]:
     """The index to search and what identifies it in ``run.json``.
 
     With ``corpus``, ``out/index`` is reused when ``index.source.json`` names the same corpus bytes
-    and embedder, and is (re)built otherwise. With ``index``, that folder is opened.
+    and embedder, and is (re)built otherwise. With ``index``, that folder is opened. With
+    ``cluster`` (an :class:`nlqo.cluster.Connection`) a build embeds on its workers, and an index
+    built from ``corpus`` is opened without loading its embedder here (the workers search it).
     """
     if index is not None:
         opened = Index.open(index, embedder=embedder)
@@ -45,14 +50,20 @@ def open_index(
     folder, sidecar = out / "index", out / SOURCE
     if _recorded(sidecar) == wanted:
         try:
-            return Index.open(folder, embedder=name), {**wanted, "index": str(folder.absolute())}
+            return Index.open(folder, embedder=None if cluster else name), {**wanted, "index": str(folder.absolute())}
         except IndexFileError:
             pass  # damaged or half-deleted: rebuild below
     sidecar.unlink(missing_ok=True)
-    loaded = load_embedder(name)
+    loaded: Embedder
+    if cluster is not None:
+        from nlqo.index.distributed import ClusterEmbedder
+
+        loaded = ClusterEmbedder.start(cluster, name)
+    else:
+        loaded = load_embedder(name)
     build_index(corpus, folder, loaded, progress=progress)
     sidecar.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
-    return Index.open(folder, embedder=loaded), {**wanted, "index": str(folder.absolute())}
+    return Index.open(folder, embedder=None if cluster else loaded), {**wanted, "index": str(folder.absolute())}
 
 
 def _recorded(sidecar: Path) -> dict[str, Any] | None:

@@ -25,6 +25,11 @@ class Capabilities:
     each strategy one so that no strategy's timing depends on another's warm prefixes)."""
     concurrency: int = 1
     """Requests the backend serves at once (the tree executor's waves and the lowering use it)."""
+    server_slots: bool = False
+    """The backend is a server shared with other clients: ``server_slots()`` returns the requests
+    the server says it runs at once, or None when it does not say. The lowering's
+    :func:`~nlqo.execute.lower.measure_profile` then takes the reported slots (or measures them)
+    and checks whether the server serves a repeated prompt from its own prefix cache."""
     cache_identity: bool = False
     """``cache_identity()`` returns a JSON-able dict of everything besides the request that decides
     the output (model, generation settings); response caches key on it. Without it the key has

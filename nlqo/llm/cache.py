@@ -119,11 +119,16 @@ class CachedLLM:
         its way of applying constraints (replies are cached per constraint)."""
         inner = capabilities(self.inner)
         return Capabilities(
-            prefix_cache=True, fork=True, concurrency=inner.concurrency, cache_identity=inner.cache_identity, constraint=inner.constraint
-        )
+            prefix_cache=True, fork=True, concurrency=inner.concurrency, server_slots=inner.server_slots,
+            cache_identity=inner.cache_identity, constraint=inner.constraint,
+        )  # fmt: skip
 
     def cache_identity(self) -> dict[str, Any]:
         return cache_identity(self.inner)
+
+    def server_slots(self) -> int | None:
+        """The server's reported slots (declared only when the backend is a server)."""
+        return self.inner.server_slots()  # type: ignore[attr-defined]
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""

@@ -105,6 +105,8 @@ class OpenAICompatLLM:
     key_source: str | None = _option(default=None)
     """Where the key came from (an environment variable name), for error messages."""
     sleep: Callable[[float], None] = _option(default=time.sleep, repr=False)
+    _slots: int | None = attrs.field(init=False, default=None, repr=False)
+    """The server's reported slots once asked (0: it reported none)."""
 
     @classmethod
     def from_env(
@@ -129,6 +131,23 @@ class OpenAICompatLLM:
     def api_base(self) -> str:
         return api_base(self.base_url)
 
+    def server_slots(self) -> int | None:
+        """Requests the server runs at once, as it reports them (asked once): ``total_slots`` of the
+        llama.cpp server's ``GET /props``, else the number of entries of its ``GET /slots``. None
+        when the server reports neither (vLLM, llama-cpp-python's server, hosted APIs): then
+        :func:`nlqo.execute.lower.measure_profile` measures by sending requests at once."""
+        if self._slots is None:
+            slots = reported_slots(self.api_base, self.api_key, timeout_s=min(self.timeout_s, 10.0))
+            if slots is _UNSURE:  # still loading, or unreachable: ask again next time
+                return None
+            self._slots = slots or 0
+        return self._slots or None
+
+    @property
+    def concurrency(self) -> int:
+        """Requests the server runs at once: its reported slots, else 1."""
+        return self.server_slots() or 1
+
     def cache_identity(self) -> dict[str, Any]:
         """Everything besides the request itself that decides the output (for response caches)."""
         return {
@@ -142,9 +161,10 @@ class OpenAICompatLLM:
 
     @property
     def capabilities(self) -> Capabilities:
-        """A cache identity (the server's own prefix caching needs nothing from nlqo), and
-        constraints passed to the server when ``grammar_field`` names where."""
-        return Capabilities(cache_identity=True, constraint=None if self.grammar_field is None else SERVER)
+        """A server (its slots, asked once on first read, are the concurrency), a cache identity (the
+        server's own prefix caching needs nothing from nlqo), and constraints passed to the server
+        when ``grammar_field`` names where."""
+        return Capabilities(concurrency=self.concurrency, server_slots=True, cache_identity=True, constraint=None if self.grammar_field is None else SERVER)
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
         if self.complete_via_chat:
@@ -239,6 +259,66 @@ class OpenAICompatLLM:
             where = f"${self.key_source}" if self.key_source else "api_key"
             shown += f" (API key from {where}: {'set' if self.api_key else 'not set'})"
         return LLMError(f"{url}: {shown}")
+
+
+def server_root(api_base_url: str) -> str:
+    """The server's root, where llama.cpp serves ``/props`` and ``/slots`` (the API root without ``/v1``).
+
+    >>> server_root("http://127.0.0.1:8080/v1"), server_root("http://h:1/api")
+    ('http://127.0.0.1:8080', 'http://h:1/api')
+    """
+    return api_base_url[: -len("/v1")] if api_base_url.endswith("/v1") else api_base_url
+
+
+def slots_in(props: Any, slots: Any) -> int | None:
+    """Slots from a ``/props`` reply (``total_slots``) or else a ``/slots`` reply (a list, one per slot).
+
+    >>> slots_in({"total_slots": 4}, None), slots_in(None, [{"id": 0}, {"id": 1}]), slots_in({"x": 1}, {"error": "no"})
+    (4, 2, None)
+    """
+    total = props.get("total_slots") if isinstance(props, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        return total
+    if isinstance(slots, list) and slots:
+        return len(slots)
+    return None
+
+
+_UNSURE = object()
+"""What :func:`reported_slots` returns when the server could not answer now (503 while loading, no connection)."""
+
+
+def reported_slots(api_base_url: str, api_key: str | None = None, *, timeout_s: float = 10.0):
+    """The slots a llama.cpp server at ``api_base_url`` reports; None when it has neither endpoint
+    (or they say nothing about slots); ``_UNSURE`` when it could not answer now."""
+    root = server_root(api_base_url)
+    status, props = _get_json(root + "/props", api_key, timeout_s)
+    if slots_in(props, None):
+        return slots_in(props, None)
+    status_slots, slots = _get_json(root + "/slots", api_key, timeout_s)
+    if slots_in(None, slots):
+        return slots_in(None, slots)
+    if any(s is None or s in RETRY_STATUSES for s in (status, status_slots)):
+        return _UNSURE
+    return None
+
+
+def _get_json(url: str, api_key: str | None, timeout_s: float) -> tuple[int | None, Any]:
+    """(HTTP status, JSON body or None) of ``GET url``; status None when there was no answer."""
+    headers = {"Accept": "application/json", "User-Agent": f"nlqo/{__version__}"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        with _opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+            status, payload = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+    except (OSError, http.client.HTTPException):
+        return None, None
+    try:
+        return status, json.loads(payload)
+    except ValueError:
+        return status, None
 
 
 def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
