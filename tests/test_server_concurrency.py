@@ -115,10 +115,15 @@ def test_the_reported_slots_are_the_declared_concurrency_also_behind_a_response_
         assert server.gets == ["/props"]
 
 
-def test_a_server_still_loading_is_asked_again():
+def test_a_server_still_loading_is_asked_again_after_a_pause(monkeypatch):
+    import nlqo.llm.openai_compat as openai_compat
+
     with SlotServer(3, loading=2) as server:
         llm = OpenAICompatLLM(server.url, "m")
         assert llm.server_slots() is None  # 503 on /props and /slots: not known yet, not remembered
+        assert (llm.server_slots(), llm.concurrency) == (None, 1)  # within the pause: not asked again
+        assert server.gets == ["/props", "/slots"]
+        monkeypatch.setattr(openai_compat, "SLOTS_RETRY_S", 0.0)
         assert (llm.server_slots(), llm.concurrency) == (3, 3)
         assert server.gets == ["/props", "/slots", "/props"]
 

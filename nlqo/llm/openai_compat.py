@@ -107,6 +107,8 @@ class OpenAICompatLLM:
     sleep: Callable[[float], None] = _option(default=time.sleep, repr=False)
     _slots: int | None = attrs.field(init=False, default=None, repr=False)
     """The server's reported slots once asked (0: it reported none)."""
+    _unsure_at: float | None = attrs.field(init=False, default=None, repr=False)
+    """When the server last could not say (loading, unreachable): asked again only after a pause."""
 
     @classmethod
     def from_env(
@@ -137,8 +139,11 @@ class OpenAICompatLLM:
         when the server reports neither (vLLM, llama-cpp-python's server, hosted APIs): then
         :func:`nlqo.execute.lower.measure_profile` measures by sending requests at once."""
         if self._slots is None:
+            if self._unsure_at is not None and time.monotonic() - self._unsure_at < SLOTS_RETRY_S:
+                return None  # capabilities are read on every call: do not ask a silent server each time
             slots = reported_slots(self.api_base, self.api_key, timeout_s=min(self.timeout_s, 10.0))
-            if slots is _UNSURE:  # still loading, or unreachable: ask again next time
+            if slots is _UNSURE:  # still loading, or unreachable: ask again later
+                self._unsure_at = time.monotonic()
                 return None
             self._slots = slots or 0
         return self._slots or None
@@ -284,6 +289,8 @@ def slots_in(props: Any, slots: Any) -> int | None:
     return None
 
 
+SLOTS_RETRY_S = 30.0
+"""Seconds before a server that could not report its slots is asked again."""
 _UNSURE = object()
 """What :func:`reported_slots` returns when the server could not answer now (503 while loading, no connection)."""
 
