@@ -4,6 +4,7 @@ and llama.cpp (the same GGUF weights as they are).
     python benchmarks/bench_runtime.py                       # everything, resumes where it stopped
     python benchmarks/bench_runtime.py --part speed          # only the token-level figures
     python benchmarks/bench_runtime.py --part qa --limit 50  # only the questions
+    python benchmarks/bench_runtime.py --part ceilings       # only the bare-loop ceilings, into speed.json
 
 Two parts, each written to benchmarks/results/runtime/ and summarised in docs/models.md:
 
@@ -129,8 +130,10 @@ def batched(llm, *, tokens: int = 32) -> dict:
     return out
 
 
-def low_level_decode(path: Path, threads: int, *, tokens: int = 48) -> float:
-    """Tokens/s of a bare greedy ``llama_decode`` loop (one sequence, no bookkeeping): the ceiling."""
+def low_level_decode(path: Path, threads: int, *, tokens: int = 48, seqs: int = 1) -> float:
+    """Tokens/s of a bare greedy ``llama_decode`` loop (no bookkeeping): the ceiling of any backend.
+    With ``seqs`` > 1, that many sequences decode together, one token each per ``llama_decode``
+    (total tokens/s): the ceiling of batched decoding on this machine."""
     import ctypes
 
     import llama_cpp as ll
@@ -142,6 +145,7 @@ def low_level_decode(path: Path, threads: int, *, tokens: int = 48) -> float:
     model = ll.llama_model_load_from_file(str(path).encode(), ll.llama_model_default_params())
     params = ll.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_threads, params.n_threads_batch = 2048, 512, threads, threads
+    params.n_seq_max = seqs
     params.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     ctx = ll.llama_init_from_model(model, params)
     vocab = ll.llama_model_get_vocab(model)
@@ -151,24 +155,51 @@ def low_level_decode(path: Path, threads: int, *, tokens: int = 48) -> float:
     n = ll.llama_tokenize(vocab, text, len(text), buf, 64, True, True)
     batch = ll.llama_batch_init(512, 0, 1)
 
-    def step(toks, start):
+    def logits(i):
+        return int(np.argmax(np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, i), shape=(n_vocab,))))
+
+    def prefill(toks, seq):
         for i, t in enumerate(toks):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, start + i, 1, i == len(toks) - 1
-            batch.seq_id[i][0] = 0
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, i, 1, i == len(toks) - 1
+            batch.seq_id[i][0] = seq
         batch.n_tokens = len(toks)
         assert ll.llama_decode(ctx, batch) == 0
-        return int(np.argmax(np.ctypeslib.as_array(ll.llama_get_logits_ith(ctx, len(toks) - 1), shape=(n_vocab,))))
+        return logits(len(toks) - 1)
 
-    token = step(list(buf[:n]), 0)
+    def step(toks, pos):  # one token for each sequence
+        for i, t in enumerate(toks):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = t, pos, 1, True
+            batch.seq_id[i][0] = i
+        batch.n_tokens = len(toks)
+        assert ll.llama_decode(ctx, batch) == 0
+        return [logits(i) for i in range(len(toks))]
+
+    next_tokens = [prefill(list(buf[:n]), s) for s in range(seqs)]
     started = time.perf_counter()
     for i in range(tokens):
-        token = step([token], n + i)
-    rate = tokens / (time.perf_counter() - started)
+        next_tokens = step(next_tokens, n + i)
+    rate = seqs * tokens / (time.perf_counter() - started)
     ll.llama_batch_free(batch)
     ll.llama_free(ctx)
     ll.llama_model_free(model)
     del ctypes
     return round(rate, 2)
+
+
+def decode_ceilings(path: Path, threads: int) -> dict:
+    """Why batching gains what it gains here: the bare loop's total tokens/s with 4 sequences in one
+    batch (the most any backend's batching can reach) and with one thread instead of ``threads``
+    (near 2x means decode is bound by arithmetic, not by reading the weights, so extra sequences in
+    a batch cost almost as much as separate decodes)."""
+    one = low_level_decode(path, threads)
+    four = low_level_decode(path, threads, seqs=4)
+    single_thread = low_level_decode(path, 1)
+    return {
+        "low_level_4_seqs_tokens_per_s": four,
+        "low_level_batch_speedup_4": round(four / one, 3),
+        "low_level_1_thread_tokens_per_s": single_thread,
+        "thread_scaling": round(one / single_thread, 3),
+    }
 
 
 def run_speed(args, llms: dict) -> dict:
@@ -180,6 +211,7 @@ def run_speed(args, llms: dict) -> dict:
         if label == "llama-cpp":
             row["low_level_decode_tokens_per_s"] = low_level_decode(llm.runtime.path, args.threads)
             row["decode_vs_low_level"] = round(row["decode_tokens_per_s"] / row["low_level_decode_tokens_per_s"], 3)
+            row.update(decode_ceilings(llm.runtime.path, args.threads))
         result["runtimes"][label] = row
         print(json.dumps(row), file=sys.stderr, flush=True)
     (args.out / "speed.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -236,11 +268,22 @@ def run_qa(args, llms: dict) -> None:
             print(f"[{i + 1}/{len(questions)}] {label:9} {name:12} {seconds:6.1f} s em={record['em']:.0f} {result.answer[:50]!r}", file=sys.stderr, flush=True)
 
 
+def prefill_share(records: list[dict], rate: dict) -> float:
+    """The share of the model's time spent on prompt tokens, estimated from the records' token
+    counts and the speed part's prefill and decode rates: where it is high, a runtime's speed-up
+    per question is bounded by its prefill speed-up, however fast it decodes."""
+    prefill = sum(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in records) / rate["prefill_tokens_per_s"]
+    decode = sum(r["generated_tokens"] for r in records) / rate["decode_tokens_per_s"]
+    return round(prefill / max(prefill + decode, 1e-9), 3)
+
+
 def summarize(args) -> dict:
     from nlqo.eval.metrics import bootstrap_diff
 
     records = read_records(args.out / "records.jsonl")
     by = {(r["qid"], r["runtime"], r["strategy"]): r for r in records}
+    speed_path = args.out / "speed.json"
+    rates = json.loads(speed_path.read_text())["runtimes"] if speed_path.exists() else {}
     summary = {"date": now(), "model": args.model, "threads": args.threads, "strategies": {}}
     for name in args.strategies:
         labels = [label for label in RUNTIMES if any(k[1] == label and k[2] == name for k in by)]
@@ -255,6 +298,8 @@ def summarize(args) -> dict:
                 "retrievals_per_question": round(sum(r["retrievals"] for r in recs) / max(len(recs), 1), 2),
                 "cached_prompt_share": round(sum(r["cached_prompt_tokens"] for r in recs) / max(sum(r["prompt_tokens"] for r in recs), 1), 3),
             }
+            if label in rates:
+                row["prefill_share"] = prefill_share(recs, rates[label])
             if label != REFERENCE and REFERENCE in labels:
                 ref = [by[(q, REFERENCE, name)] for q in qids]
                 same = sum(a["answer"].strip() == b["answer"].strip() for a, b in zip(recs, ref))
@@ -294,6 +339,17 @@ def report(args) -> str:
         if "low_level_decode_tokens_per_s" in ll:
             lines += ["", f"llama.cpp decode through the backend: {ll['decode_tokens_per_s']:.1f} tok/s, "
                       f"{100 * ll['decode_vs_low_level']:.0f}% of a bare `llama_decode` loop on the same file ({ll['low_level_decode_tokens_per_s']:.1f} tok/s)."]
+        if "low_level_batch_speedup_4" in ll:
+            lines += ["", f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
+                      f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
+                      f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); one thread instead of {sp['threads']} decodes "
+                      f"{ll['low_level_1_thread_tokens_per_s']:.1f} tok/s, so {sp['threads']} threads give {ll['thread_scaling']:.2f}x: "
+                      "decode is bound by arithmetic on this CPU more than by reading the weights, and a batch's extra "
+                      "sequences cost nearly what separate decodes cost." if ll["thread_scaling"] > 1.5 else
+                      f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
+                      f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
+                      f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); {sp['threads']} threads give "
+                      f"{ll['thread_scaling']:.2f}x one thread."]
     summary_path = args.out / "summary.json"
     if summary_path.exists():
         su = json.loads(summary_path.read_text())
@@ -302,8 +358,8 @@ def report(args) -> str:
             f"Questions (first HotpotQA dev questions, hybrid retrieval, k=3, {su['threads']} threads, runtimes interleaved per question; "
             "`benchmarks/results/runtime/records.jsonl`):",
             "",
-            "| strategy | runtime | n | EM | s/question | speed-up vs float32 | answers identical to float32 | EM - float32 [95% CI] | right->wrong / wrong->right |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| strategy | runtime | n | EM | s/question | speed-up vs float32 | answers identical to float32 | EM - float32 [95% CI] | right->wrong / wrong->right | prefill share of model time (est.) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for name, rows in su["strategies"].items():
             for label, row in rows.items():
@@ -312,6 +368,7 @@ def report(args) -> str:
                     f"| {name} | {label} | {row['n']} | {row['em']:.1f} | {row['seconds_per_question']:.1f} | "
                     f"{row.get('speedup_vs_float32', 1.0):.2f}x | "
                     + (f"{row['answers_identical_to_float32']}/{row['n']} | {diff[0]:+.1f} [{diff[1]:+.1f}, {diff[2]:+.1f}] | {row['right_to_wrong']} / {row['wrong_to_right']} |" if diff else "- | - | - |")
+                    + (f" {100 * row['prefill_share']:.0f}% |" if "prefill_share" in row else " - |")
                 )
     return "\n".join(lines) + "\n"
 
@@ -322,7 +379,7 @@ def main(argv=None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--part", choices=("all", "speed", "qa", "report"), default="all")
+    parser.add_argument("--part", choices=("all", "speed", "qa", "ceilings", "report"), default="all")
     parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated subset of " + ", ".join(RUNTIMES))
     parser.add_argument("--strategies", default="standard-rag,linear")
     parser.add_argument("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz")
@@ -337,7 +394,13 @@ def main(argv=None) -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    if args.part != "report":
+    if args.part == "ceilings":
+        path = args.out / "speed.json"
+        data = json.loads(path.read_text())
+        data["runtimes"]["llama-cpp"].update(decode_ceilings(load("llama-cpp", args.model, args.threads).runtime.path, args.threads))
+        data["ceilings_date"] = now()
+        path.write_text(json.dumps(data, indent=2) + "\n")
+    elif args.part != "report":
         labels = [s.strip() for s in args.runtimes.split(",") if s.strip()]
         llms = {label: load(label, args.model, args.threads) for label in labels}
         if args.part in ("all", "speed"):
