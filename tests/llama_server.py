@@ -99,12 +99,7 @@ def run_llama_server(
                 time.sleep(0.25)
             yield base
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
 
 
 def llama_server_fixture(model: Path | None = None, *, n_ctx: int = 2048, scope: str = "session"):
@@ -153,9 +148,14 @@ def run_slot_server(slots: int, *, threads: int = 2, ctx_per_slot: int = 2048, s
                 time.sleep(0.25)
             yield base
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """End a server process: politely, then for sure."""
+    process.terminate()
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
