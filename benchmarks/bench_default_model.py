@@ -41,7 +41,7 @@ def main() -> None:
     from nlqo.config import EngineConfig
     from nlqo.execute.engine import Engine
     from nlqo.index import Index, build_index
-    from nlqo.models import load_local
+    from nlqo.models import load_transformers
     from nlqo.parser import parse_question
 
     folder = Path(tempfile.mkdtemp(prefix="nlqo-demo-index-")) / "index"
@@ -51,7 +51,7 @@ def main() -> None:
     rows = []
     for name in args.models:
         started = time.perf_counter()
-        llm = load_local(name)
+        llm = load_transformers(name)
         load_s = time.perf_counter() - started
         engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
         for q in questions:

@@ -305,7 +305,7 @@ def main() -> None:
     from nlqo.eval.datasets import QuestionSet
     from nlqo.config import EngineConfig
     from nlqo.execute.engine import Engine
-    from nlqo.models import load_local
+    from nlqo.models import load_transformers
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
@@ -326,7 +326,7 @@ def main() -> None:
         write_block(REPO / "docs" / "execution.md", "execution-benchmark", tables(summary, previous))
         return
     index = build_or_open_index(args.corpus, args.index)
-    llm = load_local(args.model, quantize=args.quantize)
+    llm = load_transformers(args.model, quantize=args.quantize)
     engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
     meta = run_meta(args, engine.k)

@@ -184,9 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-docs", action="store_true", help="do not write the table into docs/ir.md (smoke tests)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
-    llm = load_llm(args.model, runtime=args.runtime, threads=args.threads, progress=True)
+    llm = load_local(args.model, runtime=args.runtime, threads=args.threads, progress=True)
     args.runtime = "llama-cpp" if type(llm).__name__ == "LlamaCppLLM" else "transformers"
     run_info = {"date": now(), "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), "model": args.model, "runtime": args.runtime, "threads": args.threads, "machine": platform.machine(), "cpus": os.cpu_count()}
     (args.out / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_block  # noqa: E402
 
 from nlqo.llm.base import ChatMessage  # noqa: E402
-from nlqo.models import load_local  # noqa: E402
+from nlqo.models import load_transformers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTION = "Which river flows through the capital of the country that hosted the 1992 Summer Olympics?"
@@ -54,7 +54,7 @@ def greedy(llm, ids: list[int], n: int, split: int | None = None) -> list[int]:
 
 
 def measure(model: str, quantize: str, prefill: int, decode: int) -> dict:
-    llm = load_local(model, quantize=quantize, progress=False)
+    llm = load_transformers(model, quantize=quantize, progress=False)
     filler = llm.encode((CONTEXT * 200))[:prefill]
     with torch.inference_mode():
         llm._forward(llm._new_cache(), filler[:32])  # warm-up

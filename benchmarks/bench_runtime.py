@@ -60,11 +60,11 @@ def now() -> str:
 
 
 def load(label: str, model: str, threads: int):
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
     spec = RUNTIMES[label]
     started = time.perf_counter()
-    llm = load_llm(model, runtime=spec["runtime"], quantize=spec["quantize"], threads=threads, progress=True)
+    llm = load_local(model, runtime=spec["runtime"], quantize=spec["quantize"], threads=threads, progress=True)
     print(f"loaded {label} in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return llm
 

@@ -205,11 +205,11 @@ def wave_gain(llm, shape: str, *, requests: int = 4, pairs: int = 3) -> dict:
 
 def measure_waves(label: str, slots: int | None, args) -> dict:
     from nlqo.llm.openai_compat import OpenAICompatLLM
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
     with contextlib.ExitStack() as stack:
         if slots is None:
-            llm = load_llm(args.model, threads=args.threads, progress=False)
+            llm = load_local(args.model, threads=args.threads, progress=False)
         else:
             model = stack.enter_context(serve(args.model, slots, args.threads))
             name, _, url = model[len("openai:") :].partition("@")

@@ -210,9 +210,9 @@ def reference(data) -> dict[tuple[str, str], dict]:
     """A single-process run (1 LLM thread, as each worker has) of every question."""
     from realmodels import load_or_skip
 
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
-    load_or_skip(lambda: load_llm("smollm2-135m", threads=1, progress=False))
+    load_or_skip(lambda: load_local("smollm2-135m", threads=1, progress=False))
     out = data["folder"] / "single"
     argv = ["bench", "--questions", str(data["questions"]), "--corpus", str(data["corpus"]), "--out", str(out),
             "--model", "smollm2-135m", "--strategies", STRATEGIES, "--threads", "1", "--quiet"]  # fmt: skip

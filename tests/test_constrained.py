@@ -35,9 +35,9 @@ QUESTIONS = (
 def llm(request):
     if request.param == "llama-cpp":
         pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (sh scripts/install-llama-cpp.sh)")
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
-    return load_or_skip(lambda: load_llm("smollm2-135m", runtime=request.param, threads=2, progress=False))
+    return load_or_skip(lambda: load_local("smollm2-135m", runtime=request.param, threads=2, progress=False))
 
 
 @pytest.fixture

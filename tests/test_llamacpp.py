@@ -35,9 +35,9 @@ def user_turn(question: str) -> str:
 
 @pytest.fixture(scope="module")
 def llm():
-    from nlqo.models import load_llm
+    from nlqo.models import load_local
 
-    return load_or_skip(lambda: load_llm("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
+    return load_or_skip(lambda: load_local("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
 
 
 @pytest.fixture
@@ -63,9 +63,9 @@ def test_loads_the_bundled_gguf_and_answers_from_its_chat_template(llm):
 
 def test_greedy_answers_equal_the_transformers_float32_reference(llm):
     """The runtime must not change the model: same chat text, same tokens, same greedy answers."""
-    from nlqo.models import load_local
+    from nlqo.models import load_transformers
 
-    reference = load_local("smollm2-135m", progress=False)
+    reference = load_transformers("smollm2-135m", progress=False)
     messages = [ChatMessage("system", SYSTEM), ChatMessage("user", QUESTIONS[0])]
     assert llm.format_chat(messages) == reference.format_chat(messages)
     text = reference.format_chat(messages)

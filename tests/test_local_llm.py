@@ -30,9 +30,9 @@ def user_turn(question: str) -> str:
 
 @pytest.fixture(scope="session")
 def llm():
-    from nlqo.models import load_local
+    from nlqo.models import load_transformers
 
-    return load_or_skip(lambda: load_local("smollm2-135m", progress=False))
+    return load_or_skip(lambda: load_transformers("smollm2-135m", progress=False))
 
 
 @pytest.fixture
@@ -310,9 +310,9 @@ def test_an_unknown_quantization_is_named_in_the_error(tiny):
 
 @real_model
 def test_int8_quantization_swaps_every_linear_layer_and_still_answers(llm):
-    from nlqo.models import load_local
+    from nlqo.models import load_transformers
 
-    q = load_local("smollm2-135m", quantize="int8", progress=False)
+    q = load_transformers("smollm2-135m", quantize="int8", progress=False)
     assert not any(type(m) is torch.nn.Linear for m in q.model.modules())
     assert sum(1 for m in q.model.modules() if type(m).__module__.startswith("torch.ao.nn.quantized")) >= 30 * 7
     turn = q.format_chat([ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of France?")])

@@ -64,10 +64,10 @@ def load_llm(name: str, *, runtime: str = "auto", quantize: str = "none", thread
 
 
 def _local(name: str, *, runtime: str, quantize: str, threads: int | None) -> LLM:
-    """A local model on the runtime ``runtime`` asks for (:func:`nlqo.models.load_llm`)."""
-    from nlqo.models import load_llm as load_local_llm
+    """A local model on the runtime ``runtime`` asks for (:func:`nlqo.models.load_local`)."""
+    from nlqo.models import load_local
 
-    return load_local_llm(name, runtime=runtime, quantize=quantize, threads=threads)
+    return load_local(name, runtime=runtime, quantize=quantize, threads=threads)
 
 
 def runtime_of(llm: Any) -> str:

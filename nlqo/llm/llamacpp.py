@@ -491,7 +491,7 @@ _handles = itertools.count(1)
 class LlamaCppLLM(TokenLLM):
     """A GGUF model on llama.cpp in this process: greedy, thread-safe, batched, with prefix reuse.
 
-    Build it with :meth:`load` or :func:`nlqo.models.load_llm` (bundled names, ``.gguf`` paths).
+    Build it with :meth:`load` or :func:`nlqo.models.load_local` (bundled names, ``.gguf`` paths).
     """
 
     runtime: _Runtime

@@ -100,7 +100,7 @@ class TransformersLLM(TokenLLM):
     """A causal LM from transformers, greedy, thread-safe, with prefix caching and sessions.
 
     Build it with :meth:`load` (a local model directory) or
-    :func:`nlqo.models.load_local` (bundled names, GGUF files, hub ids).
+    :func:`nlqo.models.load_transformers` (bundled names, GGUF files, hub ids).
     """
 
     capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint=TOKENS)

