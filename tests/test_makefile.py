@@ -73,3 +73,13 @@ def test_the_demo_question_is_in_no_prompt_and_its_answer_is_in_the_demo_corpus(
     corpus = (ROOT / "examples" / "demo_corpus.jsonl").read_text()
     assert "The Hobbit is a children's fantasy novel by the English author J. R. R. Tolkien" in corpus
     assert "He was born in Bloemfontein" in corpus
+
+
+def test_the_benchmark_runs_the_five_claimed_strategies_on_200_and_the_other_baselines_on_100():
+    main = dry_run("bench-2wiki_dev_300")
+    baselines = dry_run("bench-baselines-2wiki_dev_300")
+    assert main.returncode == 0 and baselines.returncode == 0, main.stderr + baselines.stderr
+    assert "--limit 200 --strategies standard-rag,iter-retgen,linear,tree,auto" in main.stdout
+    assert "--out benchmarks/results/runs/2wiki_dev_300 " in main.stdout
+    assert "--limit 100 --strategies no-rag,ircot,self-ask" in baselines.stdout
+    assert "--out benchmarks/results/runs/2wiki_dev_300-baselines " in baselines.stdout
