@@ -102,8 +102,9 @@ ABLATION_plan-hints := --strategies auto --plan-hints on,off
 ABLATION_guard-rewrites := --strategies tree --guard-rewrites off,on
 ABLATION_tree-queries := --strategies tree,auto --tree-queries rewrite,substitute
 ABLATION_plan-steps := --strategies auto --plan-steps off,on
+ABLATION_simple-plans := --strategies auto --simple-plans linear,retrieve
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

@@ -24,6 +24,8 @@ DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 
 RUNTIMES = ("auto", "llama-cpp", "transformers")
 STRATEGIES = ("auto", "linear", "tree")
+SIMPLE_PLANS = ("linear", "retrieve")
+"""What ``auto`` may run for a single-atom plan or a question that did not parse."""
 TREE_QUERIES = ("rewrite", "substitute")
 """How a tree node's question is made (:class:`nlqo.execute.tree.TreeExecutor`)."""
 RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
@@ -93,6 +95,9 @@ class EngineConfig:
     ir_cleanup: bool = False
     plan_hints: bool = True
     plan_steps: bool = False
+    simple_plans: str = attrs.field(default="linear", validator=_in(SIMPLE_PLANS))
+    """``auto`` on a single-atom plan or an unparsed question: the linear template, or (``retrieve``)
+    one retrieval and one answer where its estimate is the cheapest."""
     """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
     guard_rewrites: bool = False
     tree_queries: str = attrs.field(default="rewrite", validator=_in(TREE_QUERIES))

@@ -67,3 +67,5 @@ class Operator(_Word):
 
     LINEAR = "linear"
     TREE = "tree"
+    RETRIEVE = "retrieve"
+    """One retrieval with the question and one answer (standard RAG): for single-atom plans."""

@@ -239,6 +239,45 @@ def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_la
     final_prompt = llm.calls[-1]
     assert "Question: ?d directed Jaws\nContexts:" in final_prompt and "Question: ?d born in ?city\nContexts:" in final_prompt
 
+
+SINGLE = parse('question "Who directed Jaws?"\nq1 = (?d, "directed", "Jaws")\nanswer ?d')
+
+
+def test_a_single_atom_plan_may_be_answered_by_one_retrieval_when_that_is_cheapest():
+    plan = structural_plan(SINGLE)
+    for profile in (BackendProfile(), BackendProfile(concurrency=8, kv_reuse=False, prefill_ms_per_token=0.2, decode_ms_per_token=20)):
+        physical = lower(plan, profile, simple="retrieve")
+        assert physical.operator == "retrieve" and set(physical.estimates) == {"linear", "tree", "retrieve"}
+        assert physical.estimates["retrieve"].llm_calls == 1 and physical.reason.startswith("single plan: retrieve est.")
+        assert lower(plan, profile).operator != "retrieve"  # only when asked for
+    assert lower(structural_plan(CHAIN), BackendProfile(), simple="retrieve").operator == "linear"  # two atoms: not simple
+
+
+def single_atom_engine(ir: str, **options) -> tuple[Engine, ScriptedLLM]:
+    llm = ScriptedLLM([("nlqo IR", ir), ("given documents", "Steven Spielberg"), ("", " x")])
+    config = EngineConfig(cost_model="structural", strategy="auto", measure_costs=False, repairs=0, **options)
+    return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()), llm
+
+
+def test_auto_answers_a_single_atom_plan_with_one_retrieval_and_explains_it():
+    from nlqo.execute import analyze
+
+    engine, llm = single_atom_engine('q1 = (?d, "directed", "Jaws")\nanswer ?d', simple_plans="retrieve")
+    result = engine.ask("Who directed Jaws?")
+    assert result.answer == "Steven Spielberg" and result.physical.operator == "retrieve"
+    assert [s.kind for s in result.trace if s.node != "parse"] == ["retrieve", "llm", "stop"]
+    text = analyze.text(result, result.physical)
+    assert "Physical plan: Retrieve (standard RAG)" in text and "Retrieve: one retrieval, one answer" in text
+
+
+def test_auto_answers_an_unparsed_question_with_one_retrieval_only_when_asked():
+    engine, _ = single_atom_engine("not IR at all", simple_plans="retrieve")
+    result = engine.ask("Who directed Jaws?")
+    assert result.answer == "Steven Spielberg" and result.stop_reason.startswith("parse_failed; ")
+    assert not any(s.node.startswith("hop-") for s in result.trace)
+    linear, _ = single_atom_engine("not IR at all")
+    assert any(s.node.startswith("hop-") for s in linear.ask("Who directed Jaws?").trace)
+
 def test_linear_hop_cap():
     llm = ScriptedLLM([("Question:$", [" q one", " q two", " q three", " q four"]), ("", " x")])
     result = LinearExecutor(llm, KeywordRetriever(PASSAGES), HashEmbedder(), max_hops=3, kv_reuse=False).run("main")

@@ -42,7 +42,8 @@ def run(args: argparse.Namespace) -> int:
     for p in result.supporting:
         print(f"  - {p.title} [{p.id}]")
     s = result.stats()
-    operator = result.physical.operator if result.physical is not None else "linear"
+    template = any(s.node.startswith("hop-") for s in result.trace)
+    operator = result.physical.operator if result.physical is not None else ("linear" if template else "retrieve")
     print(
         f"({args.strategy} -> {operator}; {s['hops']} hops, stop: {s['stop_reason']}; {s['llm_calls']} LLM calls, "
         f"{s['generated_tokens']} tokens generated, {s['cached_prompt_tokens']}/{s['prompt_tokens']} prompt tokens from cache; "

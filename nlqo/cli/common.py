@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nlqo.config import DEFAULT_MODEL, RETRIEVAL_MODES, RUNTIMES, STRATEGIES, TREE_QUERIES, EngineConfig
+from nlqo.config import DEFAULT_MODEL, RETRIEVAL_MODES, RUNTIMES, SIMPLE_PLANS, STRATEGIES, TREE_QUERIES, EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.llm.backends import load_llm
 
@@ -76,6 +76,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     add_constrained_options(group)
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--plan-steps", action="store_true", help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated")
+    group.add_argument("--simple-plans", choices=SIMPLE_PLANS, default=None, help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: linear)")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
     group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
@@ -141,6 +142,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             ir_cleanup=bool(given.get("ir_cleanup", False)),
             plan_hints=not given.get("no_plan_hints", False),
             plan_steps=bool(given.get("plan_steps", False)),
+            simple_plans=opt("simple_plans", base.simple_plans),  # type: ignore[arg-type]
             guard_rewrites=bool(given.get("guard_rewrites", False)),
             tree_queries=opt("tree_queries", base.tree_queries),  # type: ignore[arg-type]
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]

@@ -18,7 +18,9 @@ def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
     order = [n for n in physical.logical.tree.postorder() if n != ROOT]
     for i, step in enumerate(result.trace):
         node = step.node
-        if physical.operator == "linear" and node.startswith("hop-"):
+        if physical.operator == "retrieve":
+            node = ROOT
+        elif physical.operator == "linear" and node.startswith("hop-"):
             hop = int(node.split("-")[1]) - 1
             node = order[hop] if hop < len(order) else ROOT
         elif node in ("answer", "fallback"):
@@ -53,6 +55,9 @@ def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
         for wave, nodes in enumerate(physical.waves, 1):
             for n in nodes:
                 out[n] = f"ParallelTree wave {wave}"
+    elif physical.operator == "retrieve":
+        for n in physical.logical.tree.nodes:
+            out[n] = "Retrieve: one retrieval, one answer" if n == ROOT else "answered by the root's retrieval"
     else:
         order = [n for n in physical.logical.tree.postorder() if n != ROOT]
         for i, n in enumerate(order, 1):
@@ -98,9 +103,12 @@ def parsing_lines(result: RunResult) -> list[str]:
     return lines
 
 
+OPERATOR_NAMES = {"linear": "LinearTemplate (TSSS)", "tree": "ParallelTree (PlanRAG)", "retrieve": "Retrieve (standard RAG)"}
+
+
 def physical_lines(physical: PhysicalPlan) -> list[str]:
     est = physical.estimates
-    lines = [f"Physical plan: {'LinearTemplate (TSSS)' if physical.operator == 'linear' else 'ParallelTree (PlanRAG)'}"]
+    lines = [f"Physical plan: {OPERATOR_NAMES[physical.operator]}"]
     lines.append(f"  chosen: {physical.reason}")
     for name, e in est.items():
         lines.append(

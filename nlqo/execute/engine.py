@@ -124,7 +124,7 @@ class Engine:
         plan = self.optimizer.optimize(query)
         if plan.stats.llm_calls:
             trace.record(Step(node="relations", kind="llm", text=f"{plan.stats.llm_calls} relation calls", started_ms=at))
-        physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy)
+        physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy, simple=self.config.simple_plans)
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -145,12 +145,15 @@ class Engine:
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
-            result = self.linear.run(question, trace=trace, strategy=strategy)
+            simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
+            result = self._retrieve(question, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
             result = attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
             return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
         physical = planned.physical
         if physical.operator == Operator.TREE:
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
+        elif physical.operator == Operator.RETRIEVE:
+            result = self._retrieve(question, trace, strategy)
         else:
             if self.config.plan_steps:
                 result = self.linear.run(question, steps=physical.hints, trace=trace, strategy=strategy)
@@ -160,3 +163,8 @@ class Engine:
         result = attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
         return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
 
+    def _retrieve(self, question: str, trace: Trace, strategy: str) -> RunResult:
+        """One retrieval with the question and one answer (the standard-rag baseline's prompt)."""
+        from nlqo.strategies.baselines import StandardRag
+
+        return attrs.evolve(StandardRag(self.llm, self.retriever, k=self.k).run(question, trace=trace), strategy=strategy)

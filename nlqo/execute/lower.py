@@ -226,15 +226,26 @@ def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
     return Estimate(ms=ms, llm_calls=2 * n - 1, generated_tokens=n * node_generated, computed_prompt_tokens=n * node_prompt)
 
 
-def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None) -> PhysicalPlan:
-    """Pick the cheaper operator (or ``force`` one) and say why."""
+def estimate_retrieve(profile: BackendProfile, k: int) -> Estimate:
+    """One retrieval with the question and one short answer over its passages."""
+    computed = k * PASSAGE_TOKENS + 120
+    generated = 8
+    ms = computed * profile.prefill_ms_per_token + generated * profile.decode_ms_per_token + profile.retrieve_ms
+    return Estimate(ms=ms, llm_calls=1, generated_tokens=generated, computed_prompt_tokens=computed)
+
+
+def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None, simple: str = "linear") -> PhysicalPlan:
+    """Pick the cheapest operator (or ``force`` one) and say why. With ``simple="retrieve"`` a
+    single-atom plan may also be answered by one retrieval (:data:`Operator.RETRIEVE`)."""
     estimates = {Operator.LINEAR.value: estimate_linear(plan, profile, k), Operator.TREE.value: estimate_tree(plan, profile, k)}
     kind = shape(plan)
+    if simple == Operator.RETRIEVE and kind == "single":
+        estimates[Operator.RETRIEVE.value] = estimate_retrieve(profile, k)
     if force in Operator.values():
         operator, reason = Operator(force), f"forced by --strategy {force}"
     else:
         operator = Operator(min(estimates, key=lambda o: (estimates[o].ms, o)))
-        other = Operator.TREE if operator == Operator.LINEAR else Operator.LINEAR
+        other = Operator(min((o for o in estimates if o != operator), key=lambda o: (estimates[o].ms, o)))
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
             f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}{_concurrency_source(profile)}{_speedups(profile)}, "
