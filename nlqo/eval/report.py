@@ -21,7 +21,7 @@ from nlqo.errors import ConfigError
 from nlqo.eval import plan_pages
 from nlqo.eval.plots import PLOTS
 from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
-from nlqo.eval.summary import counted, differences_table, markdown_table
+from nlqo.eval.summary import counted, differences_table, kinds_table, markdown_table
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
 
@@ -256,6 +256,9 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     for line in (_stray_yes_no(summary), _demo_leaks(summary)):
         if line:
             lines += [line, ""]
+    kinds = kinds_table(summary)
+    if kinds:
+        lines += ["EM by kind of question (HotpotQA and 2Wiki: the data set's type, yes/no answers apart; MuSiQue: hops):", "", kinds]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]

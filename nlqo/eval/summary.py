@@ -7,11 +7,12 @@ same questions; EM differences get paired bootstrap 95% intervals.
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
-from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.metrics import bootstrap_diff, stray_yes_no
 from nlqo.eval.records import operator_of
 from nlqo.execute.trace import PARSE_FAILED
@@ -28,6 +29,32 @@ def complete_rows(records: Iterable[dict[str, Any]], questions: QuestionSet, nam
     by_key = {(r["qid"], r["strategy"]): r for r in records}
     done = [q.id for q in questions.questions if all((q.id, n) in by_key for n in names)]
     return {n: [by_key[(qid, n)] for qid in done] for n in names}
+
+
+def question_kind(question: Question) -> str:
+    """The group a question is reported in: ``yes/no`` when its gold answer is, MuSiQue's hop count
+    (``3hop1`` -> ``3 hops``), else the data set's own type (bridge, comparison, ...).
+
+    >>> [question_kind(Question("1", "?", ("no",), type="comparison")), question_kind(Question("2", "?", ("x",), type="4hop2")),
+    ...  question_kind(Question("3", "?", ("x",), type="bridge")), question_kind(Question("4", "?", ("x",)))]
+    ['yes/no', '4 hops', 'bridge', 'untyped']
+    """
+    if question.is_yes_no:
+        return "yes/no"
+    if m := re.fullmatch(r"(\d)hop\d*", question.type):
+        return f"{m.group(1)} hops"
+    return question.type or "untyped"
+
+
+def by_kind(rows: Mapping[str, Sequence[dict[str, Any]]], questions: QuestionSet) -> dict[str, dict[str, Any]]:
+    """EM per strategy within each kind of question (:func:`question_kind`), kinds by size."""
+    kinds = {q.id: question_kind(q) for q in questions.questions}
+    groups: dict[str, dict[str, list[float]]] = {}
+    for name, records in rows.items():
+        for r in records:
+            groups.setdefault(kinds.get(r["qid"], "untyped"), {}).setdefault(name, []).append(float(r["em"]))
+    ordered = sorted(groups.items(), key=lambda kv: (-len(next(iter(kv[1].values()))), kv[0]))
+    return {kind: {"n": len(next(iter(ems.values()))), "em": {n: statistics.fmean(v) for n, v in ems.items()}} for kind, ems in ordered}
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -140,6 +167,7 @@ def summarize(
         "results": {name: strategy_summary(rows[name]) for name in names},
         "em_differences": diffs,
         "plan_groups": paired_plan_groups(rows),
+        "by_kind": by_kind(rows, questions),
         "meta": dict(meta or {}),
     }
 
@@ -177,6 +205,27 @@ def markdown_table(summary: dict[str, Any]) -> str:
             f"| {_num(r['computed_prompt_tokens'], 0)} / {_num(r['cached_prompt_tokens'], 0)} | {_num(r['hops'])} "
             f"| {_pct(r['evidence_complete'])} | {_pct(r['evidence_share'])} | {r.get('parse_failed', '-')} | {r['errors']} |"
         )
+    return "\n".join(lines) + "\n"
+
+
+def kinds_table(summary: dict[str, Any]) -> str:
+    """EM per strategy for each kind of question ("" when the run has one kind or none recorded).
+
+    >>> print(kinds_table({"strategies": ["a", "b"], "by_kind": {"bridge": {"n": 3, "em": {"a": 1 / 3, "b": 1.0}},
+    ...                                                          "yes/no": {"n": 1, "em": {"a": 0.0, "b": 1.0}}}}))
+    | question kind | n | a | b |
+    |---|---|---|---|
+    | bridge | 3 | 33.3 | 100.0 |
+    | yes/no | 1 | 0.0 | 100.0 |
+    <BLANKLINE>
+    """
+    kinds = summary.get("by_kind") or {}
+    if len(kinds) < 2:
+        return ""
+    names = summary["strategies"]
+    lines = ["| question kind | n | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    for kind, group in kinds.items():
+        lines.append(f"| {kind} | {group['n']} | " + " | ".join(_pct(group["em"].get(n)) for n in names) + " |")
     return "\n".join(lines) + "\n"
 
 
