@@ -252,19 +252,27 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     assert "summarized while in progress" not in docs.read_text() and ", finished 20" in docs.read_text()
 
 
-def test_targets_compare_auto_with_the_baselines():
+def test_targets_compare_auto_and_the_engine_with_the_baselines():
     results = {
-        "standard-rag": {"em": 0.30, "seconds": 2.0, "generated_tokens": 5.0},
-        "iter-retgen": {"em": 0.32, "seconds": 10.0, "generated_tokens": 60.0},
-        "ircot": {"em": 0.28, "seconds": 8.0, "generated_tokens": 50.0},
-        "linear": {"em": 0.31, "seconds": 3.0, "generated_tokens": 20.0},
-        "auto": {"em": 0.34, "seconds": 3.0, "generated_tokens": 25.0},
+        "standard-rag": {"em": 0.30, "seconds": 2.0, "retrievals": 1.0, "demo_leaks": 0},
+        "iter-retgen": {"em": 0.32, "seconds": 10.0, "retrievals": 3.0, "demo_leaks": 0},
+        "linear": {"em": 0.36, "seconds": 3.0, "retrievals": 1.2, "demo_leaks": 1},
+        "tree": {"em": 0.20, "seconds": 9.0, "retrievals": 3.0, "parse_failed": 2, "demo_leaks": 0},
+        "auto": {"em": 0.34, "seconds": 3.0, "retrievals": 1.0, "parse_failed": 0, "demo_leaks": 0},
     }
-    rows = targets({"results": results})
-    assert rows[0] == ("auto EM >= best of standard-rag, iter-retgen, ircot, self-ask", "auto 34.0 vs iter-retgen 32.0", "met")
-    assert rows[1][1:] == ("0.30x (3.00 s vs 10.00 s)", "met")
-    assert rows[2][1:] == ("0.38x (3.00 s vs 8.00 s)", "met")
-    assert rows[3][2] == "**not met**"  # linear generated fewer tokens than auto
+    summary = {"results": results, "em_differences": [{"a": "iter-retgen", "b": "auto", "diff": -0.02, "low": -0.08, "high": 0.04}]}
+    companion = {"n": 100, "results": {"ircot": {"em": 0.40, "seconds": 5.0}, "self-ask": {"em": 0.1, "seconds": 1.0}, "auto": {"em": 0.35, "seconds": 2.4}}}
+    rows = {t: (m, v) for t, m, v in targets(summary, companion)}
+    assert rows["auto EM >= best baseline's (iter-retgen)"] == ("34.0 vs 32.0, +2.0 [-4.0, +8.0]", "met")
+    assert rows["best engine strategy (linear) EM >= best baseline's (iter-retgen)"] == ("36.0 vs 32.0", "met")
+    assert rows["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("4 baselines, none dominates", "met")
+    assert rows["auto s/question <= iter-retgen's"] == ("0.30x (3.00 s vs 10.00 s)", "met")
+    assert rows["auto s/question <= 0.5x ircot's"] == ("0.48x on the first 100 (2.40 s vs 5.00 s)", "met")
+    assert rows["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "**not met**")
+    assert rows["no parse failures (tree, auto)"] == ("tree 2, auto 0", "**not met**")
+    assert rows["no demonstration answer without a passage that holds it"] == ("linear 1", "**not met**")
+    faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
+    assert targets(summary, faster)[2][1:] == ("dominated by self-ask (first 100)", "**not met**")
 
 
 def test_ablation_lists_expand_into_variants():
