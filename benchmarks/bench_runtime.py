@@ -186,15 +186,17 @@ def low_level_decode(path: Path, threads: int, *, tokens: int = 48, seqs: int = 
     return round(rate, 2)
 
 
-def decode_ceilings(path: Path, threads: int) -> dict:
+def decode_ceilings(path: Path, threads: int, *, repeats: int = 3) -> dict:
     """Why batching gains what it gains here: the bare loop's total tokens/s with 4 sequences in one
     batch (the most any backend's batching can reach) and with one thread instead of ``threads``
     (near 2x means decode is bound by arithmetic, not by reading the weights, so extra sequences in
-    a batch cost almost as much as separate decodes)."""
-    one = low_level_decode(path, threads)
-    four = low_level_decode(path, threads, seqs=4)
-    single_thread = low_level_decode(path, 1)
+    a batch cost almost as much as separate decodes). Medians of ``repeats`` runs: single runs of
+    the bare loop varied by 30% on the shared 2-core machine."""
+    one, four, single_thread = (
+        statistics.median(low_level_decode(path, t, seqs=n) for _ in range(repeats)) for t, n in ((threads, 1), (threads, 4), (1, 1))
+    )
     return {
+        "ceiling_repeats": repeats,
         "low_level_4_seqs_tokens_per_s": four,
         "low_level_batch_speedup_4": round(four / one, 3),
         "low_level_1_thread_tokens_per_s": single_thread,
