@@ -115,32 +115,7 @@ So the answer to the Main Question ({_COMPARE_Q}) is: Jaws
 
 """
 
-_YES_NO_Q = "Do the Danube and the Rhine both flow into the Black Sea?"
-_YES_NO = f"""Main Question: {_YES_NO_Q}
-To answer the Main Question ({_YES_NO_Q}), I propose the following additional question:
-Question: Into which sea does the Danube flow?
-Contexts:
-[1] Danube: The Danube is the second-longest river in Europe. It flows through ten countries and empties into the Black Sea.
-[2] Danube Delta: The Danube Delta is the second largest river delta in Europe.
-Based on the contexts, the Danube flows into the Black Sea.
-To answer the Main Question ({_YES_NO_Q}), using the following facts:
-- the Danube flows into the Black Sea.
-I propose the following additional question:
-Question: Into which sea does the Rhine flow?
-Contexts:
-[1] Rhine: The Rhine rises in the Swiss Alps and flows into the North Sea in the Netherlands.
-[2] Rhine Falls: The Rhine Falls is a waterfall on the Rhine in Switzerland.
-Based on the contexts, the Rhine flows into the North Sea.
-To answer the Main Question ({_YES_NO_Q}), using the following facts:
-- the Danube flows into the Black Sea.
-- the Rhine flows into the North Sea.
-I propose the following additional question:
-Question: {_YES_NO_Q}
-So the answer to the Main Question ({_YES_NO_Q}) is: no
-
-"""
-
-DEMO_ANSWERS = ("Cincinnati", "Jaws", "Steven Spielberg", "1975", "1979", "Black Sea", "North Sea")
+DEMO_ANSWERS = ("Cincinnati", "Jaws", "Steven Spielberg", "1975", "1979")
 """Answers the demonstrations of this module give (final and intermediate): a prediction equal to
 one that no retrieved passage supports was copied from a demonstration (``nlqo.eval.leaks``)."""
 
@@ -149,7 +124,7 @@ LINEAR = LinearTemplate(
     "retrieves a missing fact, read the contexts, and state the fact they give in one sentence. When the "
     "facts are enough, propose the Main Question itself, then give a short answer (a name, date, number, "
     "or yes/no), not a sentence. When the Main Question asks which of several things, the answer is one "
-    "of them.\n\n" + _DEMO + _COMPARE + _YES_NO,
+    "of them.\n\n" + _DEMO + _COMPARE,
 )
 
 REWRITE = Prompt(
@@ -184,18 +159,6 @@ ANSWER = Prompt(
             "Contexts:\n[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg.\n"
             "Question: Who directed the film Jaws?\nAnswer:",
             "Steven Spielberg",
-        ),
-        (
-            "Contexts:\n[1] Alien (film): Alien is a 1979 science fiction horror film directed by Ridley Scott.\n"
-            "Known answers:\n- When was the film Jaws released? 1975\n- When was the film Alien released? 1979\n"
-            "Question: Which film came out first, Jaws or Alien?\nAnswer:",
-            "Jaws",
-        ),
-        (
-            "Contexts:\n[1] Rhine: The Rhine rises in the Swiss Alps and flows into the North Sea in the Netherlands.\n"
-            "Known answers:\n- Into which sea does the Danube flow? the Black Sea\n"
-            "Question: Do the Danube and the Rhine both flow into the Black Sea?\nAnswer:",
-            "no",
         ),
     ),
     stop=("\n",),
