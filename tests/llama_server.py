@@ -23,22 +23,12 @@ from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
+from realmodels import unavailable
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_ALIAS = "smollm2-135m"
 """The model id the test server answers to (``--model_alias``)."""
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("true", "1")
-
-
-def unavailable(reason: str) -> None:
-    """Skip the test, or fail it under ``CI=true``."""
-    if in_ci():
-        pytest.fail(f"{reason} (CI=true: server tests must run, not skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 def smollm2_gguf() -> Path:

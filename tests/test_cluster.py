@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from realmodels import unavailable
 
 from nlqo.cli import main
 from nlqo.errors import ConfigError
@@ -27,16 +28,6 @@ from nlqo.execute.trace import RunResult
 
 REPO = Path(__file__).resolve().parents[1]
 DASK = ("dask", "distributed")
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() in ("1", "true")
-
-
-def unavailable(reason: str) -> None:
-    if in_ci():
-        pytest.fail(f"{reason} (CI=true: cluster tests must run, not skip)", pytrace=False)
-    pytest.skip(reason)
 
 
 # --- specs ---------------------------------------------------------------------------------------
