@@ -396,3 +396,22 @@ def test_a_yes_no_question_in_an_open_set_is_scored_on_the_first_yes_or_no(tmp_p
     ems = {r["qid"]: r["em"] for r in read_records(tmp_path / "run" / "records.jsonl")}
     # gold "no" vs a wordy "Yes, ...": wrong; gold "yes": right; an open question is scored as written
     assert ems == {"a": 0.0, "b": 1.0, "c": 0.0}
+
+
+def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_finished(tmp_path):
+    import json
+
+    from nlqo.eval.report import companion_results
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s-baselines").mkdir()
+    ours = [{"qid": q, "strategy": "auto", "em": e, "seconds": 2.0} for q, e in (("a", 1), ("b", 0), ("c", 1))]
+    theirs = [{"qid": "a", "strategy": "ircot", "em": 1, "seconds": 5.0}, {"qid": "a", "strategy": "self-ask", "em": 0, "seconds": 1.0},
+              {"qid": "b", "strategy": "ircot", "em": 0, "seconds": 7.0}]  # fmt: skip
+    (tmp_path / "s" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
+    assert companion_results(tmp_path / "s") is None  # no sibling records yet
+    (tmp_path / "s-baselines" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in theirs))
+    assert companion_results(tmp_path / "s") == {
+        "n": 1,  # only "a" is finished by both ircot and self-ask
+        "results": {"ircot": {"em": 1.0, "seconds": 5.0}, "self-ask": {"em": 0.0, "seconds": 1.0}, "auto": {"em": 1.0, "seconds": 2.0}},
+    }

@@ -7,7 +7,6 @@ from typing import Iterable
 
 from nlqo.eval.metrics import normalize_answer
 from nlqo.execute.trace import RunResult
-from nlqo.kinds import StepKind
 from nlqo.prompts import demonstration_answers
 
 
@@ -34,4 +33,4 @@ def demo_leak(answer: str, passages: Iterable[str], demos: Iterable[str] | None 
 
 def passage_texts(result: RunResult) -> list[str]:
     """The texts of every passage the run retrieved (its trace keeps them)."""
-    return [p.text for s in result.trace if s.kind == StepKind.RETRIEVE for p in s.passages]
+    return [p.text for p in result.retrieved]

@@ -24,9 +24,8 @@ FILENAME = "records.jsonl"
 def retrieved_titles(result: RunResult) -> list[str]:
     """Titles of every passage the run retrieved, in order, without repeats."""
     seen: dict[str, None] = {}
-    for step in result.trace:
-        for ref in step.passages:
-            seen.setdefault(ref.title, None)
+    for ref in result.retrieved:
+        seen.setdefault(ref.title, None)
     return list(seen)
 
 

@@ -57,12 +57,15 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     if not (main.is_file() and other.is_file()):
         return None
     theirs = read_records(other, repair=False)
-    names = sorted({r["strategy"] for r in theirs})
-    done = {q for q in {r["qid"] for r in theirs} if all(any(r["qid"] == q and r["strategy"] == n for r in theirs) for n in names)}
+    names = {r["strategy"] for r in theirs}
+    finished: dict[str, set[str]] = {}
+    for r in theirs:
+        finished.setdefault(r["qid"], set()).add(r["strategy"])
+    done = {qid for qid, strategies in finished.items() if strategies == names}
     ours = [r for r in read_records(main, repair=False) if r["strategy"] == "auto" and r["qid"] in done]
     if not done or len({r["qid"] for r in ours}) < len(done):
         return None
-    rows = {n: [r for r in theirs if r["strategy"] == n and r["qid"] in done] for n in names} | {"auto": ours}
+    rows = {n: [r for r in theirs if r["strategy"] == n and r["qid"] in done] for n in sorted(names)} | {"auto": ours}
     results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
     return {"n": len(done), "results": results}
 

@@ -11,7 +11,6 @@ import attrs
 
 from nlqo.answers import short_answer
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.kinds import StepKind
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import Constraint, choice, constrained_chat
 from nlqo.passages import Passage
@@ -49,14 +48,12 @@ def span_constraint(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> Co
     return choice(spans(texts, max_words), name="passage-span")
 
 
-def retrieved(trace: Sequence[Step], k: int) -> list[PassageRef]:
-    """The best ``k`` distinct passages the run's retrieval steps found, with their texts."""
+def best_passages(result: RunResult, k: int) -> list[PassageRef]:
+    """The best ``k`` distinct passages the run retrieved, with their texts."""
     best: dict[str, PassageRef] = {}
-    for step in trace:
-        if step.kind == StepKind.RETRIEVE:
-            for ref in step.passages:
-                if ref.text and (ref.id not in best or ref.score > best[ref.id].score):
-                    best[ref.id] = ref
+    for ref in result.retrieved:
+        if ref.text and (ref.id not in best or ref.score > best[ref.id].score):
+            best[ref.id] = ref
     return sorted(best.values(), key=lambda r: -r.score)[:k]
 
 
@@ -66,7 +63,7 @@ def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace 
     if result.answer.strip():
         return result
     trace = trace or Trace(list(result.trace))
-    refs = retrieved(result.trace, k)
+    refs = best_passages(result, k)
     answer = ""
     if refs:
         prompt = execution.ANSWER

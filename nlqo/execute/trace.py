@@ -151,6 +151,11 @@ class RunResult:
     def llm_steps(self) -> list[Step]:
         return [s for s in self.trace if s.kind == StepKind.LLM]
 
+    @property
+    def retrieved(self) -> list[PassageRef]:
+        """Every passage the run's retrieval steps found, in order, repeats included (with texts)."""
+        return [p for s in self.trace if s.kind == StepKind.RETRIEVE for p in s.passages]
+
     def stats(self) -> dict[str, Any]:
         llm = self.llm_steps
         return {
