@@ -144,24 +144,24 @@ class Engine:
         self._check(question)
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
+        return answer_or_fallback(self._run(question, planned, strategy, trace), self.llm, k=self.k, trace=trace)
+
+    def _run(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
             result = self._retrieve(question, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
-            result = attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
-            return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
+            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
         physical = planned.physical
         if physical.operator == Operator.TREE:
             result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
         elif physical.operator == Operator.RETRIEVE:
             result = self._retrieve(question, trace, strategy)
+        elif self.config.plan_steps:
+            result = self.linear.run(question, steps=physical.hints, trace=trace, strategy=strategy)
         else:
-            if self.config.plan_steps:
-                result = self.linear.run(question, steps=physical.hints, trace=trace, strategy=strategy)
-            else:
-                hints = physical.hints if self.config.plan_hints else ()
-                result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
-        result = attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
-        return answer_or_fallback(result, self.llm, k=self.k, trace=trace)
+            hints = physical.hints if self.config.plan_hints else ()
+            result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
+        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
 
     def _retrieve(self, question: str, trace: Trace, strategy: str) -> RunResult:
         """One retrieval with the question and one answer (the standard-rag baseline's prompt)."""
