@@ -17,6 +17,7 @@ from nlqo.cli.bench import command_line, expand_ablations
 from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
+from nlqo.eval.metrics import Interval
 from nlqo.eval.report import targets, write_report
 from nlqo.eval.runner import Bench, interleave, refresh
 from nlqo.llm.scripted import ScriptedLLM
@@ -252,6 +253,10 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     assert "summarized while in progress" not in docs.read_text() and ", finished 20" in docs.read_text()
 
 
+def rows_of(targets: list[tuple[str, str, str]]) -> dict[str, tuple[str, str]]:
+    return {t: (m, v) for t, m, v in targets}
+
+
 def test_targets_compare_auto_and_the_engine_with_the_baselines():
     results = {
         "standard-rag": {"em": 0.30, "seconds": 2.0, "retrievals": 1.0, "demo_leaks": 0},
@@ -261,8 +266,14 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
         "auto": {"em": 0.34, "seconds": 3.0, "retrievals": 1.0, "parse_failed": 0, "demo_leaks": 0},
     }
     summary = {"results": results, "em_differences": [{"a": "iter-retgen", "b": "auto", "diff": -0.02, "low": -0.08, "high": 0.04}]}
-    companion = {"n": 100, "results": {"ircot": {"em": 0.40, "seconds": 5.0}, "self-ask": {"em": 0.1, "seconds": 1.0}, "auto": {"em": 0.35, "seconds": 2.4}}}
-    rows = {t: (m, v) for t, m, v in targets(summary, companion)}
+    companion = {
+        "n": 100,
+        "results": {"ircot": {"em": 0.40, "seconds": 5.0}, "self-ask": {"em": 0.1, "seconds": 1.0}, "auto": {"em": 0.35, "seconds": 2.4}, "linear": {"em": 0.42, "seconds": 3.1}},
+        "differences": {("auto", "ircot"): Interval(-0.05, -0.15, 0.05), ("linear", "ircot"): Interval(0.02, -0.06, 0.1)},
+    }
+    rows = rows_of(targets(summary, companion))
+    assert rows["auto EM >= the other baselines' best (ircot, first 100)"] == ("35.0 vs 40.0, -5.0 [-15.0, +5.0]", "**not met**")
+    assert rows["linear EM >= the other baselines' best (ircot, first 100)"] == ("42.0 vs 40.0, +2.0 [-6.0, +10.0]", "met")
     assert rows["auto EM >= best baseline's (iter-retgen)"] == ("34.0 vs 32.0, +2.0 [-4.0, +8.0]", "met")
     assert rows["best engine strategy (linear) EM >= best baseline's (iter-retgen)"] == ("36.0 vs 32.0", "met")
     assert rows["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("4 baselines, none dominates", "met")
@@ -272,7 +283,7 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
     assert rows["no parse failures (tree, auto)"] == ("tree 2, auto 0", "**not met**")
     assert rows["no demonstration answer without a passage that holds it"] == ("linear 1", "**not met**")
     faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
-    assert targets(summary, faster)[2][1:] == ("dominated by self-ask (first 100)", "**not met**")
+    assert rows_of(targets(summary, faster))["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("dominated by self-ask (first 100)", "**not met**")
 
 
 def test_ablation_lists_expand_into_variants():
@@ -411,7 +422,9 @@ def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_fin
     (tmp_path / "s" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
     assert companion_results(tmp_path / "s") is None  # no sibling records yet
     (tmp_path / "s-baselines" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in theirs))
-    assert companion_results(tmp_path / "s") == {
+    found = companion_results(tmp_path / "s")
+    assert {k: v for k, v in found.items() if k != "differences"} == {
         "n": 1,  # only "a" is finished by both ircot and self-ask
         "results": {"ircot": {"em": 1.0, "seconds": 5.0}, "self-ask": {"em": 0.0, "seconds": 1.0}, "auto": {"em": 1.0, "seconds": 2.0}},
     }
+    assert {pair: d.mean for pair, d in found["differences"].items()} == {("auto", "ircot"): 0.0, ("auto", "self-ask"): 1.0}

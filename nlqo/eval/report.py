@@ -19,6 +19,7 @@ import attrs
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval import plan_pages
+from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.plots import PLOTS
 from nlqo.eval.records import read_records
 from nlqo.eval.runner import ANSWERS, RECORDS, SUMMARY, refresh
@@ -51,8 +52,9 @@ COMPANION = "-baselines"
 
 
 def companion_results(folder: str | Path) -> dict[str, Any] | None:
-    """The other baselines of ``folder`` (its ``-baselines`` sibling) and ``auto`` of ``folder``,
-    on the questions the sibling finished: ``{"n", "results": {name: {"em", "seconds"}}}``."""
+    """The other baselines of ``folder`` (its ``-baselines`` sibling) and the engine's strategies of
+    ``folder``, on the questions the sibling finished: ``{"n", "results": {name: {"em", "seconds"}},
+    "differences": {(engine, baseline): paired EM interval}}``."""
     main, other = Path(folder) / RECORDS, Path(str(folder).rstrip("/") + COMPANION) / RECORDS
     if not (main.is_file() and other.is_file()):
         return None
@@ -62,12 +64,17 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     for r in theirs:
         finished.setdefault(r["qid"], set()).add(r["strategy"])
     done = {qid for qid, strategies in finished.items() if strategies == names}
-    ours = [r for r in read_records(main, repair=False) if r["strategy"] == "auto" and r["qid"] in done]
-    if not done or len({r["qid"] for r in ours}) < len(done):
+    mine = [r for r in read_records(main, repair=False) if r["strategy"] in ENGINE_NAMES and r["qid"] in done]
+    if not done or len({r["qid"] for r in mine if r["strategy"] == "auto"}) < len(done):
         return None
-    rows = {n: [r for r in theirs if r["strategy"] == n and r["qid"] in done] for n in sorted(names)} | {"auto": ours}
+    engine = [n for n in ENGINE_NAMES if len({r["qid"] for r in mine if r["strategy"] == n}) == len(done)]
+    rows = {n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"]) for n in sorted(names)}
+    rows |= {n: sorted((r for r in mine if r["strategy"] == n), key=lambda r: r["qid"]) for n in engine}
     results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
-    return {"n": len(done), "results": results}
+    differences = {
+        (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]]) for a in engine for b in sorted(names)
+    }
+    return {"n": len(done), "results": results, "differences": differences}
 
 
 def _diff(summary: dict[str, Any], a: str, b: str) -> str:
@@ -104,10 +111,18 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
                          _verdict(results[name]["em"] >= baselines[best]["em"])))  # fmt: skip
     else:
         rows.append(("auto EM >= best baseline's", "no baseline results", "not measured"))
+    if companion is not None:
+        theirs = {n: r for n, r in companion["results"].items() if n not in ENGINE_NAMES}
+        best = max(theirs, key=lambda n: theirs[n]["em"])
+        for name in dict.fromkeys(n for n in ("auto", max(engine, key=lambda n: engine[n]["em"]) if engine else "auto") if n in companion["results"]):
+            mine, interval = companion["results"][name]["em"], companion["differences"][(name, best)]
+            rows.append((f"{name} EM >= the other baselines' best ({best}, first {companion['n']})",
+                         f"{100 * mine:.1f} vs {100 * theirs[best]['em']:.1f}, {100 * interval.mean:+.1f} [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]",
+                         _verdict(mine >= theirs[best]["em"])))  # fmt: skip
     # (baseline, its results, auto's on the same questions): the companion's on its first questions
     pool = [(n, r, auto) for n, r in baselines.items()]
     if companion is not None:
-        pool += [(f"{n} (first {companion['n']})", r, companion["results"]["auto"]) for n, r in companion["results"].items() if n in BASELINE_NAMES]
+        pool += [(f"{n} (first {companion['n']})", r, companion["results"]["auto"]) for n, r in companion["results"].items() if n not in ENGINE_NAMES]
     dominating = [n for n, r, ref in pool if r["em"] >= ref["em"] and r["seconds"] < ref["seconds"]]
     rows.append(("auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)",
                  "dominated by " + ", ".join(dominating) if dominating else f"{len(pool)} baselines, none dominates",
