@@ -10,7 +10,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: demo test lint install install-test clean-venv bench bench-report ablations experiments
+.PHONY: demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -64,11 +64,25 @@ clean-venv:
 # (The earlier int8 runs live in benchmarks/results/bench; they are labelled as such in the docs.)
 BENCH_DATA ?= ../shared/data
 BENCH_SETS ?= hotpotqa_dev_199 2wiki_dev_300 musique_dev_200
-BENCH_FLAGS ?= --limit 200 --strategies standard-rag,iter-retgen,linear,tree,auto
-BASELINE_FLAGS ?= --limit 100 --strategies no-rag,ircot,self-ask
+BENCH_LIMIT ?= 200
+BASELINE_LIMIT ?= 100
+BENCH_FLAGS ?= --limit $(BENCH_LIMIT) --strategies standard-rag,iter-retgen,linear,tree,auto
+BASELINE_FLAGS ?= --limit $(BASELINE_LIMIT) --strategies no-rag,ircot,self-ask
 BENCH_OUT ?= benchmarks/results/runs
+# bench-staged grows every run to each of these sizes in turn (the baselines' runs to at most
+# BASELINE_LIMIT), so that an interrupted benchmark has all sets and strategies on the same first
+# questions rather than one set finished and the others not begun.
+BENCH_STAGES ?= 25 50 100 150 200
 
 bench: $(addprefix bench-,$(BENCH_SETS)) $(addprefix bench-baselines-,$(BENCH_SETS))
+	$(MAKE) bench-report
+
+bench-staged: install $(VENV)/.model-$(MODEL)
+	for n in $(BENCH_STAGES); do \
+		for s in $(BENCH_SETS); do $(MAKE) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; done; \
+		b=$$(( n < $(BASELINE_LIMIT) ? n : $(BASELINE_LIMIT) )); \
+		for s in $(BENCH_SETS); do $(MAKE) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; done; \
+	done
 	$(MAKE) bench-report
 
 bench-baselines-%: install $(VENV)/.model-$(MODEL)
