@@ -117,8 +117,11 @@ ABLATION_guard-rewrites := --strategies tree --guard-rewrites off,on
 ABLATION_tree-queries := --strategies tree,auto --tree-queries rewrite,substitute
 ABLATION_plan-steps := --strategies auto --plan-steps off,on
 ABLATION_simple-plans := --strategies auto --simple-plans linear,retrieve
+# The run that set issue 17's defaults: the cheap baselines beside the tree's node questions
+# (rewrite, substitute) and auto's choices (single-atom plans by one retrieval; plan steps; hints).
+ABLATION_design := --strategies 'standard-rag,iter-retgen,tree[tree_queries=rewrite],tree[tree_queries=substitute],auto[simple_plans=retrieve],auto[simple_plans=retrieve,plan_steps=on],auto[simple_plans=retrieve,plan_hints=off]'
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans design
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

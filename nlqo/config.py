@@ -95,12 +95,12 @@ class EngineConfig:
     ir_cleanup: bool = False
     plan_hints: bool = True
     plan_steps: bool = False
-    simple_plans: str = attrs.field(default="linear", validator=_in(SIMPLE_PLANS))
+    """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
+    simple_plans: str = attrs.field(default="retrieve", validator=_in(SIMPLE_PLANS))
     """``auto`` on a single-atom plan or an unparsed question: the linear template, or (``retrieve``)
     one retrieval and one answer where its estimate is the cheapest."""
-    """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
-    guard_rewrites: bool = False
-    tree_queries: str = attrs.field(default="rewrite", validator=_in(TREE_QUERIES))
+    guard_rewrites: bool = True
+    tree_queries: str = attrs.field(default="substitute", validator=_in(TREE_QUERIES))
     """Tree nodes' questions: the LLM rewrites each atom, or children's answers are substituted into it."""
     repairs: int = 2
     """Times invalid IR is sent back to the LLM with its error."""

@@ -312,9 +312,9 @@ def test_engine_options_reach_the_engine_of_a_variant():
     assert [(s.name, s.inner.engine.config.ir_cleanup, s.inner.engine.config.plan_hints) for s in built] == [
         (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
     plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
-    assert (plain.config.ir_cleanup, plain.config.plan_hints, plain.tree.guard_rewrites) == (False, True, False)  # the benchmark runs' defaults
-    guarded = build_strategy("tree[guard_rewrites=on]", llm, retriever, embedder=HashEmbedder())
-    assert guarded.inner.engine.tree.guard_rewrites is True
+    assert (plain.config.ir_cleanup, plain.tree.guard_rewrites, plain.tree.queries, plain.config.simple_plans) == (False, True, "substitute", "retrieve")  # the benchmark runs' defaults
+    unguarded = build_strategy("tree[guard_rewrites=off,tree_queries=rewrite]", llm, retriever, embedder=HashEmbedder())
+    assert (unguarded.inner.engine.tree.guard_rewrites, unguarded.inner.engine.tree.queries) == (False, "rewrite")
 
 
 def test_cli_help_and_missing_arguments(capsys):

@@ -73,7 +73,7 @@ class NodeLLM:
 def test_tree_runs_children_before_parents_and_feeds_their_answers():
     plan = structural_plan(OLDER)
     llm = NodeLLM()
-    result = TreeExecutor(llm, KeywordRetriever(PASSAGES), k=2).run(plan)
+    result = TreeExecutor(llm, KeywordRetriever(PASSAGES), k=2, queries="rewrite").run(plan)
     done = [q for kind, q in llm.events if kind == "done"]
     starts = [a for kind, a in llm.events if kind == "start"]
     for child, parent in plan.tree.parent:
@@ -94,7 +94,7 @@ def test_tree_runs_independent_nodes_concurrently():
     plan = structural_plan(OLDER)
     # the two leaves meet at a barrier: with one worker this would time out
     llm = NodeLLM(barrier=threading.Barrier(2))
-    TreeExecutor(llm, KeywordRetriever(PASSAGES), workers=2).run(plan)
+    TreeExecutor(llm, KeywordRetriever(PASSAGES), workers=2, queries="rewrite").run(plan)
     assert len([e for e in llm.events if e[0] == "start"]) == 4
 
 
@@ -102,7 +102,7 @@ def test_tree_one_at_a_time_when_parallel_is_off():
     plan = structural_plan(OLDER)
     llm = NodeLLM(barrier=threading.Barrier(2))
     with pytest.raises(threading.BrokenBarrierError):
-        TreeExecutor(llm, KeywordRetriever(PASSAGES), parallel=False).run(plan)
+        TreeExecutor(llm, KeywordRetriever(PASSAGES), parallel=False, queries="rewrite").run(plan)
 
 
 class CopyingLLM(NodeLLM):
@@ -122,7 +122,7 @@ class CopyingLLM(NodeLLM):
 def test_guarded_rewrites_replace_a_copy_of_the_main_question_by_the_atom(guard):
     plan = structural_plan(CHAIN)
     retriever = KeywordRetriever(PASSAGES)
-    result = TreeExecutor(CopyingLLM(), retriever, guard_rewrites=guard).run(plan)
+    result = TreeExecutor(CopyingLLM(), retriever, guard_rewrites=guard, queries="rewrite").run(plan)
     leaf, inner, root = retriever.queries
     if not guard:
         assert leaf == inner == "in which city was the director of jaws born?"
@@ -270,13 +270,14 @@ def test_auto_answers_a_single_atom_plan_with_one_retrieval_and_explains_it():
     assert "Physical plan: Retrieve (standard RAG)" in text and "Retrieve: one retrieval, one answer" in text
 
 
-def test_auto_answers_an_unparsed_question_with_one_retrieval_only_when_asked():
-    engine, _ = single_atom_engine("not IR at all", simple_plans="retrieve")
+def test_auto_answers_an_unparsed_question_with_one_retrieval_unless_told_to_use_the_template():
+    engine, _ = single_atom_engine("not IR at all")
     result = engine.ask("Who directed Jaws?")
     assert result.answer == "Steven Spielberg" and result.stop_reason.startswith("parse_failed; ")
     assert not any(s.node.startswith("hop-") for s in result.trace)
-    linear, _ = single_atom_engine("not IR at all")
+    linear, _ = single_atom_engine("not IR at all", simple_plans="linear")
     assert any(s.node.startswith("hop-") for s in linear.ask("Who directed Jaws?").trace)
+
 
 def test_linear_hop_cap():
     llm = ScriptedLLM([("Question:$", [" q one", " q two", " q three", " q four"]), ("", " x")])

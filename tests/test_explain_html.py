@@ -185,7 +185,7 @@ def test_explain_page_draws_every_node_with_its_cost(browser, tmp_path):
 
 
 def test_explain_analyze_page_shows_actuals_heaviest_node_prompts_and_passages(browser, tmp_path, monkeypatch):
-    path, data = explain_page(tmp_path, monkeypatch, tree_llm())
+    path, data = explain_page(tmp_path, monkeypatch, tree_llm(), tree_queries="rewrite")  # a rewrite call per node to show
     load(browser, path)
     assert browser.eval("document.getElementById('kind').textContent") == "EXPLAIN ANALYZE"
     assert "Answer: Charles Babbage" in browser.eval("document.getElementById('answer').textContent")

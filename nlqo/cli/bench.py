@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)")
     ablation.add_argument("--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)")
     ablation.add_argument("--ir-cleanup", metavar="on|off", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)")
-    ablation.add_argument("--guard-rewrites", metavar="on|off", help="tree: use a node's atom when its rewrite only repeats the main question (default off)")
+    ablation.add_argument("--guard-rewrites", metavar="on|off", help="tree: use a node's atom when its rewrite only repeats the main question (default on)")
     ablation.add_argument("--tree-queries", metavar="LIST", help="tree: node questions by LLM rewrite or by substituting children's answers (rewrite, substitute or rewrite,substitute)")
     ablation.add_argument("--plan-steps", metavar="on|off", help="a plan lowered to the linear template: its atoms are the hops' questions (default off)")
     ablation.add_argument("--simple-plans", metavar="LIST", help="auto: single-atom plans and unparsed questions by the linear template or one retrieval (linear, retrieve or linear,retrieve)")

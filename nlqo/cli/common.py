@@ -76,11 +76,11 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     add_constrained_options(group)
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--plan-steps", action="store_true", help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated")
-    group.add_argument("--simple-plans", choices=SIMPLE_PLANS, default=None, help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: linear)")
+    group.add_argument("--simple-plans", choices=SIMPLE_PLANS, default=None, help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: retrieve)")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
-    group.add_argument("--guard-rewrites", action="store_true", help="tree: when a node's rewritten question only repeats the main question, use the node's atom instead")
-    group.add_argument("--tree-queries", choices=TREE_QUERIES, default=None, help="tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into its atom (the rewrite only where that fails) (default: rewrite)")
+    group.add_argument("--no-guard-rewrites", action="store_true", help="tree: keep a node's rewritten question even when it only repeats the main question (by default the node's atom is used instead)")
+    group.add_argument("--tree-queries", choices=TREE_QUERIES, default=None, help="tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into its atom (the rewrite only where that fails) (default: substitute)")
     group.add_argument("--max-question-chars", type=int, default=2000, metavar="N", help="refuse longer questions (default: %(default)s)")
     add_runtime_options(group)
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
@@ -143,7 +143,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             plan_hints=not given.get("no_plan_hints", False),
             plan_steps=bool(given.get("plan_steps", False)),
             simple_plans=opt("simple_plans", base.simple_plans),  # type: ignore[arg-type]
-            guard_rewrites=bool(given.get("guard_rewrites", False)),
+            guard_rewrites=not given.get("no_guard_rewrites", False),
             tree_queries=opt("tree_queries", base.tree_queries),  # type: ignore[arg-type]
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]
             constrained=opt("constrained", base.constrained),  # type: ignore[arg-type]

@@ -108,10 +108,10 @@ class TreeExecutor:
     workers: int | None = None
     """Concurrent nodes; default :func:`default_workers`. ``parallel=False`` forces one."""
     parallel: bool = True
-    guard_rewrites: bool = False
+    guard_rewrites: bool = True
     """Replace a rewrite that only repeats the main question by the node's own atom (retrieving with
     the atom and its children's answers): small models often copy the main question."""
-    queries: str = attrs.field(default="rewrite", validator=attrs.validators.in_(TREE_QUERIES))
+    queries: str = attrs.field(default="substitute", validator=attrs.validators.in_(TREE_QUERIES))
     """``rewrite``: the LLM writes each node's question; ``substitute``: the children's answers are
     put into the atom (:func:`substitute`) and the LLM rewrites only where that fails."""
 
