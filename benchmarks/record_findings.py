@@ -1,11 +1,14 @@
-"""Figures docs/ir.md and docs/execution.md quote, computed from the issue-5 benchmark records.
+"""Figures docs/ir.md, docs/execution.md and docs/benchmarks.md quote, computed from benchmark records.
 
-    python benchmarks/record_findings.py [RUN_FOLDER ...]   (default: benchmarks/results/bench/*)
+    python benchmarks/record_findings.py [RUN_FOLDER ...]
+    (default: the runs of benchmarks/results/runs/, else the int8 runs of benchmarks/results/bench/)
 
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
-first reply; how many node retrievals of parsed tree runs used a copy of the main question; and
-the linear template's hop counts, what it repeated when the terminator stopped it, and how many of its
-runs another threshold (tau 0.8 or 0.9) could change at all.
+first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
+question); what auto ran (operator) and its EM on each; answers of last resort; and the linear
+template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
+another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
+count with their strategy.
 """
 
 from __future__ import annotations
@@ -62,36 +65,50 @@ def tau_would_change(record: dict, tau: float, *, default: float = 0.85, min_hop
     )
 
 
+def base(record: dict) -> str:
+    """The record's strategy without its variant options."""
+    return record["strategy"].split("[")[0]
+
+
 def findings(folder: Path) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
-    failures = [r for r in records if r["strategy"] in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
+    failures = [r for r in records if base(r) in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
     loops, tidied = 0, Counter()
     for r in failures:
         reply = clean(ParseFailure.replies_in(r["trace"][0]["text"])[0])
         loops += len(drop_repeats(reply).splitlines()) < len(reply.splitlines())
         tidied[outcome(tidy(reply), r["question"])] += 1
-    nodes = copies = 0
+    nodes = copies = substituted = 0
     for r in records:
-        if r["strategy"] == "tree" and not r["stop_reason"].startswith(PARSE_FAILED):
+        if base(r) == "tree" and not r["stop_reason"].startswith(PARSE_FAILED):
             for step in r["trace"]:
                 if step["kind"] == "retrieve" and step["node"] != "$root":
                     nodes += 1
                     copies += words(step["text"]) == words(r["question"])
-    linear = [r for r in records if r["strategy"] == "linear"]
+                    substituted += (step.get("note") or "").startswith("question by substitution")
+    operators: dict[str, list[float]] = {}
+    for r in records:
+        if base(r) == "auto":
+            operators.setdefault(r.get("operator") or "not recorded", []).append(float(r["em"]))
+    last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
+    linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
     causes = Counter(stop_cause(r) for r in linear)
     scores = [s["terminator_score"] for r in linear for s in r["trace"] if s["kind"] == "stop"]
     print(f"{folder.name}: {len({r['qid'] for r in records})} questions with records")
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
-    print(f"  tree node retrievals using the main question: {copies} of {nodes}")
+    print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
+    print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
+    print(f"  answers of last resort: {dict(last_resort) or 'none'}")
     print(f"  linear hops: {dict(sorted(hops.items()))}")
     print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
     print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))
 
 
 def main(argv: list[str]) -> int:
-    folders = [Path(a) for a in argv] or sorted(Path("benchmarks/results/bench").glob("*/"))
+    runs = sorted(f for f in Path("benchmarks/results/runs").glob("*/") if (f / "records.jsonl").is_file())
+    folders = [Path(a) for a in argv] or runs or sorted(Path("benchmarks/results/bench").glob("*/"))
     for folder in folders:
         findings(folder)
     return 0
