@@ -49,3 +49,26 @@ def test_tau_changes_a_run_only_where_a_later_hop_scored_between_the_thresholds(
     assert findings.tau_would_change(MAIN, 0.8) and findings.tau_would_change(MAIN, 0.9)
     assert not findings.tau_would_change(REPEAT, 0.8) and not findings.tau_would_change(REPEAT, 0.9)
     assert not findings.tau_would_change(MAIN, 0.85)
+
+
+def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findings, tmp_path, capsys):
+    import json
+
+    question = "Where was the director of Jaws born?"
+    tree = {"qid": "a", "strategy": "tree[tree_queries=substitute]", "question": question, "stop_reason": "root_answered", "em": 1.0, "trace": [
+        {**step("q1", "retrieve", "director directed Jaws"), "note": "question by substitution: Who directed Jaws?"},
+        step("q2", "retrieve", question),
+        step("$root", "retrieve", question),
+    ]}  # fmt: skip
+    autos = [
+        {"qid": "a", "strategy": "auto", "question": question, "stop_reason": "answer", "operator": "retrieve", "em": 1.0, "trace": []},
+        {"qid": "b", "strategy": "auto", "question": question, "stop_reason": "terminator; fallback_answer", "operator": "linear", "em": 0.0, "trace": []},
+        {"qid": "c", "strategy": "auto", "question": question, "stop_reason": "terminator", "operator": "linear", "em": 1.0, "trace": []},
+    ]
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [tree, *autos]))
+    findings.findings(tmp_path)
+    out = capsys.readouterr().out
+    assert "3 questions with records" in out
+    assert "tree node retrievals using the main question: 1 of 2; by substitution: 1" in out
+    assert "auto ran: linear 2 (50.0 EM), retrieve 1 (100.0 EM)" in out
+    assert "answers of last resort: {'fallback_answer': 1}" in out
