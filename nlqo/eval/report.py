@@ -386,6 +386,16 @@ def _prompt_block(prompt) -> list[str]:
     ]
 
 
+def _run_label(summary: dict[str, Any]) -> str:
+    """The run's data set, with its folder where that is another name (an ablation's, say).
+
+    >>> _run_label({"dataset": "d1", "folder": "runs/d1"}), _run_label({"dataset": "d1", "folder": "ablations/tau"})
+    ('d1', 'd1 tau')
+    """
+    folder = Path(summary.get("folder", summary["dataset"])).name
+    return summary["dataset"] if folder == summary["dataset"] else f"{summary['dataset']} {folder}"
+
+
 def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     """EM and seconds per question of every strategy on every run, one column per run.
 
@@ -400,7 +410,7 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     if len(runs) < 2:
         return []
     names = list(dict.fromkeys(n for s in runs for n in s["strategies"]))
-    columns = " | ".join(f"{s['dataset']} (n={s['n']}{_lossy(s.get('meta', {}))})" for s in runs)
+    columns = " | ".join(f"{_run_label(s)} (n={s['n']}{_lossy(s.get('meta', {}))})" for s in runs)
     lines = ["## Overview", "", f"| strategy | {columns} |", "|---|" + "---|" * len(runs)]
     for name in names:
         cells = []
