@@ -77,13 +77,18 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     return {"n": len(done), "results": results, "differences": differences}
 
 
+def _points(diff: float, low: float, high: float) -> str:
+    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]``."""
+    return f"{100 * diff:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+
+
 def _diff(summary: dict[str, Any], a: str, b: str) -> str:
     """``a``'s EM minus ``b``'s with its paired interval, from the summary's differences."""
     for d in summary.get("em_differences", ()):
         if {d["a"], d["b"]} == {a, b}:
             sign = 1 if d["a"] == a else -1
             low, high = sorted((sign * d["low"], sign * d["high"]))
-            return f", {100 * sign * d['diff']:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+            return ", " + _points(sign * d["diff"], low, high)
     return ""
 
 
@@ -102,27 +107,28 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
     rows = []
     baselines = {n: results[n] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
     engine = {n: results[n] for n in ENGINE_NAMES if n in results and results[n]["em"] is not None}
+    top = max(engine, key=lambda n: engine[n]["em"]) if engine else "auto"
     if baselines:
         best = max(baselines, key=lambda n: baselines[n]["em"])
-        top = max(engine, key=lambda n: engine[n]["em"])
         for name, label in (("auto", "auto"), (top, f"best engine strategy ({top})")):
             rows.append((f"{label} EM >= best baseline's ({best})",
                          f"{100 * results[name]['em']:.1f} vs {100 * baselines[best]['em']:.1f}{_diff(summary, name, best)}",
                          _verdict(results[name]["em"] >= baselines[best]["em"])))  # fmt: skip
     else:
         rows.append(("auto EM >= best baseline's", "no baseline results", "not measured"))
-    if companion is not None:
-        theirs = {n: r for n, r in companion["results"].items() if n not in ENGINE_NAMES}
+    # the other baselines, on the first questions their sibling run finished
+    other: dict[str, Any] = companion or {"results": {}}
+    theirs = {n: r for n, r in other["results"].items() if n not in ENGINE_NAMES}
+    if theirs:
         best = max(theirs, key=lambda n: theirs[n]["em"])
-        for name in dict.fromkeys(n for n in ("auto", max(engine, key=lambda n: engine[n]["em"]) if engine else "auto") if n in companion["results"]):
-            mine, interval = companion["results"][name]["em"], companion["differences"][(name, best)]
-            rows.append((f"{name} EM >= the other baselines' best ({best}, first {companion['n']})",
-                         f"{100 * mine:.1f} vs {100 * theirs[best]['em']:.1f}, {100 * interval.mean:+.1f} [{100 * interval.low:+.1f}, {100 * interval.high:+.1f}]",
-                         _verdict(mine >= theirs[best]["em"])))  # fmt: skip
-    # (baseline, its results, auto's on the same questions): the companion's on its first questions
+        for name in (n for n in dict.fromkeys(("auto", top)) if n in other["results"]):
+            em, d = other["results"][name]["em"], other["differences"][(name, best)]
+            rows.append((f"{name} EM >= the other baselines' best ({best}, first {other['n']})",
+                         f"{100 * em:.1f} vs {100 * theirs[best]['em']:.1f}, {_points(d.mean, d.low, d.high)}",
+                         _verdict(em >= theirs[best]["em"])))  # fmt: skip
+    # (baseline, its results, auto's on the same questions)
     pool = [(n, r, auto) for n, r in baselines.items()]
-    if companion is not None:
-        pool += [(f"{n} (first {companion['n']})", r, companion["results"]["auto"]) for n, r in companion["results"].items() if n not in ENGINE_NAMES]
+    pool += [(f"{n} (first {other['n']})", r, other["results"]["auto"]) for n, r in theirs.items()]
     dominating = [n for n, r, ref in pool if r["em"] >= ref["em"] and r["seconds"] < ref["seconds"]]
     rows.append(("auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)",
                  "dominated by " + ", ".join(dominating) if dominating else f"{len(pool)} baselines, none dominates",
@@ -132,11 +138,11 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
         rows.append(("auto s/question <= iter-retgen's", f"{ratio:.2f}x ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
     else:
         rows.append(("auto s/question <= iter-retgen's", "no iter-retgen results", "not measured"))
-    ircot = (companion or {}).get("results", {}).get("ircot")
+    ircot = other["results"].get("ircot")
     if ircot and ircot["seconds"]:
-        mine = companion["results"]["auto"]  # type: ignore[index]
+        mine = other["results"]["auto"]
         ratio = mine["seconds"] / ircot["seconds"]
-        rows.append(("auto s/question <= 0.5x ircot's", f"{ratio:.2f}x on the first {companion['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))  # type: ignore[index]
+        rows.append(("auto s/question <= 0.5x ircot's", f"{ratio:.2f}x on the first {other['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
     else:
         rows.append(("auto s/question <= 0.5x ircot's", "no ircot results beside this run", "not measured"))
     linear = results.get("linear")
