@@ -5,7 +5,8 @@
 
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
-question); what auto ran (operator) and its EM on each; answers of last resort; and the linear
+question); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
+many runs that retrieved every gold passage still answered wrong; and the linear
 template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
 another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
 count with their strategy.
@@ -90,6 +91,10 @@ def findings(folder: Path) -> None:
     for r in records:
         if base(r) == "auto":
             operators.setdefault(r.get("operator") or "not recorded", []).append(float(r["em"]))
+    complete: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("evidence_complete"):
+            complete.setdefault(r["strategy"], []).append(float(r["em"]))
     last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
     linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
@@ -101,6 +106,7 @@ def findings(folder: Path) -> None:
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
+    print("  every gold passage retrieved, answered wrong: " + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs"))
     print(f"  linear hops: {dict(sorted(hops.items()))}")
     print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
     print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))

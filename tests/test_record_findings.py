@@ -55,7 +55,7 @@ def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findin
     import json
 
     question = "Where was the director of Jaws born?"
-    tree = {"qid": "a", "strategy": "tree[tree_queries=substitute]", "question": question, "stop_reason": "root_answered", "em": 1.0, "trace": [
+    tree = {"qid": "a", "strategy": "tree[tree_queries=substitute]", "question": question, "stop_reason": "root_answered", "em": 0.0, "evidence_complete": True, "trace": [
         {**step("q1", "retrieve", "director directed Jaws"), "note": "question by substitution: Who directed Jaws?"},
         step("q2", "retrieve", question),
         step("$root", "retrieve", question),
@@ -63,7 +63,7 @@ def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findin
     autos = [
         {"qid": "a", "strategy": "auto", "question": question, "stop_reason": "answer", "operator": "retrieve", "em": 1.0, "trace": []},
         {"qid": "b", "strategy": "auto", "question": question, "stop_reason": "terminator; fallback_answer", "operator": "linear", "em": 0.0, "trace": []},
-        {"qid": "c", "strategy": "auto", "question": question, "stop_reason": "terminator", "operator": "linear", "em": 1.0, "trace": []},
+        {"qid": "c", "strategy": "auto", "question": question, "stop_reason": "terminator", "operator": "linear", "em": 1.0, "trace": [], "evidence_complete": True},
     ]
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [tree, *autos]))
     findings.findings(tmp_path)
@@ -72,3 +72,4 @@ def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findin
     assert "tree node retrievals using the main question: 1 of 2; by substitution: 1" in out
     assert "auto ran: linear 2 (50.0 EM), retrieve 1 (100.0 EM)" in out
     assert "answers of last resort: {'fallback_answer': 1}" in out
+    assert "every gold passage retrieved, answered wrong: tree[tree_queries=substitute] 1 of 1, auto 0 of 1" in out
