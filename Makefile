@@ -123,8 +123,10 @@ ABLATION_simple-plans := --strategies auto --simple-plans linear,retrieve
 # The run that set issue 17's defaults: the cheap baselines beside the tree's node questions
 # (rewrite, substitute) and auto's choices (single-atom plans by one retrieval; plan steps; hints).
 ABLATION_design := --strategies 'standard-rag,iter-retgen,tree[tree_queries=rewrite],tree[tree_queries=substitute],auto[simple_plans=retrieve],auto[simple_plans=retrieve,plan_steps=on],auto[simple_plans=retrieve,plan_hints=off]'
+# The linear template's first hop by the question itself (question-first), on the design run's questions.
+ABLATION_question-first := --strategies 'linear[question_first=off],linear[question_first=on],auto[question_first=on]'
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans design
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans design question-first
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 

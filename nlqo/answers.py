@@ -21,12 +21,25 @@ def visible(text: str) -> str:
 
 _SCAFFOLD_LEAK = re.compile(r"\s*(?:\b(?:Main Question|Question|Contexts)\s*:|\(Plan step\b)")
 _QUOTED_START = re.compile(r'^"([^"]+)"')
+_NEXT_SENTENCE = re.compile(r"(?<=[a-z]{3})\.\s+(?=[A-Z])")
+"""A full stop after three lower-case letters, then a capitalised word: the answer went on
+into a sentence (``Maria von Trapp. Maria Augusta ...``). Initials (``Mark D. Fabiani``) and short
+abbreviations (``St. Louis``) do not match; :data:`_ABBREVIATIONS` lists the longer ones."""
+_ABBREVIATIONS = frozenset({"bros", "capt", "corp", "dept", "univ", "blvd", "assn", "prof", "sept"})
 _YES_NO = re.compile(r"^(yes|no)\b(?=\s*[,.;:!]|$)", re.IGNORECASE)
+
+
+def _first_sentence(line: str) -> str:
+    for m in _NEXT_SENTENCE.finditer(line):
+        word = re.findall(r"[A-Za-z]+$", line[: m.start()])
+        if not word or word[0].lower() not in _ABBREVIATIONS:
+            return line[: m.start()]
+    return line
 
 
 def short_answer(text: str) -> str:
     """The answer as exact match wants it: first line, no scaffold the model went on to write
-    (including the linear template's plan-step hints),
+    (including the linear template's plan-step hints), no sentence after the first,
     no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
     quoted name when the answer starts with one (``"Title" is ...``).
 
@@ -42,12 +55,17 @@ def short_answer(text: str) -> str:
     'Tottenham Hotspur F.C'
     >>> short_answer(' "Summer Wars" is from Japan.')
     'Summer Wars'
+    >>> short_answer("Maria von Trapp. Maria Augusta von Trapp (née Kutschera)")
+    'Maria von Trapp'
+    >>> short_answer("Warner Bros. Pictures"), short_answer("St. Louis Cardinals"), short_answer("Mark D. Fabiani")
+    ('Warner Bros. Pictures', 'St. Louis Cardinals', 'Mark D. Fabiani')
     >>> short_answer("")
     ''
     """
     text = visible(text)
     line = text.strip().splitlines()[0] if text.strip() else ""
     line = _SCAFFOLD_LEAK.split(line, 1)[0]
+    line = _first_sentence(line)
     if m := _YES_NO.match(line.strip()):
         return m.group(1).lower()
     if m := _QUOTED_START.match(line.strip()):

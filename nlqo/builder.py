@@ -114,6 +114,7 @@ def build_engine(
     from nlqo.execute.lower import BackendProfile, measure_profile
     from nlqo.execute.tree import TreeExecutor
     from nlqo.llm.base import capabilities
+    from nlqo.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
 
     def say(message: str) -> None:
         if progress:
@@ -141,7 +142,10 @@ def build_engine(
         retriever=retriever,
         embedder=embedder,
         optimizer=optimizer,
-        linear=LinearExecutor(llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse),
+        linear=LinearExecutor(
+            llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse,
+            template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
+        ),
         tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
         profile=profile,
         config=config,

@@ -96,6 +96,9 @@ class EngineConfig:
     plan_hints: bool = True
     plan_steps: bool = False
     """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
+    question_first: bool = False
+    """The linear template's first hop retrieves with the question itself, before any sub-question
+    (its own demonstrations: :data:`nlqo.prompts.execution.LINEAR_QUESTION_FIRST`)."""
     simple_plans: str = attrs.field(default="retrieve", validator=_in(SIMPLE_PLANS))
     """``auto`` on a single-atom plan or an unparsed question: the linear template, or (``retrieve``)
     one retrieval and one answer where its estimate is the cheapest."""

@@ -22,7 +22,7 @@ from nlqo.execute.tree import TreeExecutor
 from nlqo.llm import ScriptedLLM
 from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
-from nlqo.prompts.execution import LINEAR
+from nlqo.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
 from nlqo.syntax import parse
 from nlqo.testing.strategies import plan as plan_with
 from nlqo.testing.strategies import queries
@@ -218,6 +218,42 @@ def test_linear_loop_stops_on_the_terminator_and_answers():
     assert not any("To answer the Main Question" in g for g in generated)
     assert {p.id for p in result.supporting} <= {"p1", "p2", "p5"}
 
+
+
+def test_question_first_retrieves_with_the_question_then_proposes_and_stops_on_a_repeat():
+    llm = ScriptedLLM(
+        [
+            ("Question:$", [" Where was Steven Spielberg born?", " In which city was the director of Jaws born?"]),
+            ("Based on the contexts,$", [" Steven Spielberg directed Jaws.", " Spielberg was born in Cincinnati."]),
+            ("is:$", " Cincinnati. Cincinnati is a city in Ohio."),
+        ]
+    )
+    retriever = KeywordRetriever(PASSAGES)
+    question = "In which city was the director of Jaws born?"
+    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(question)
+    assert retriever.queries == [question, "Where was Steven Spielberg born?"]
+    assert result.answer == "Cincinnati" and result.hops == 2 and result.stop_reason == "terminator"
+    retrievals = [s for s in result.trace if s.kind == "retrieve"]
+    assert [s.node for s in retrievals] == ["hop-1", "hop-2"] and retrievals[0].terminator_score is None
+    # the question's contexts and fact come before the first proposal, which already sees that fact
+    first_proposal = llm.calls[1]
+    asked = first_proposal.split(f"Main Question: {question}\n")[-1]
+    assert asked.startswith("Contexts:\n[1] ") and "using the following facts:\n- Steven Spielberg directed Jaws." in asked
+    # a first proposal that repeats the question stops at once: one retrieval, the question's own
+    repeat = ScriptedLLM([("Question:$", " " + question), ("Based on the contexts,$", " Spielberg directed Jaws."), ("is:$", " Cincinnati")])
+    retriever = KeywordRetriever(PASSAGES)
+    once = LinearExecutor(repeat, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(question)
+    assert retriever.queries == [question] and once.hops == 1 and once.stop_reason == "terminator"
+
+
+def test_question_first_demonstrations_read_the_question_contexts_before_any_proposal():
+    for demo in LINEAR_QUESTION_FIRST.prefix.split("Main Question: ")[1:]:
+        first, _, rest = demo.partition("\n")
+        assert rest.startswith("Contexts:\n[1] ") and "I propose" in rest
+    config = EngineConfig(cost_model="structural", measure_costs=False, question_first=True)
+    engine = Engine.from_config(config, llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    assert engine.linear.template is LINEAR_QUESTION_FIRST
+    assert Engine.from_config(config.with_options(question_first=False), llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()).linear.template is LINEAR
 
 
 def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_last_fact():

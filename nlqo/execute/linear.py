@@ -85,14 +85,17 @@ class LinearExecutor:
         facts: list[str] = []
         supporting: dict[str, PassageRef] = {}
         stop_reason, hops = "max_hops", 0
-        for hop in range(1, self.max_hops + 1):
+        if t.question_first:
+            hops = 1
+            facts.append(self._read(session, "hop-1", question, None, trace, supporting))
+        for proposal, hop in enumerate(range(hops + 1, self.max_hops + 1)):
             node = f"hop-{hop}"
             self._newline(session)
-            if hop <= len(hints):
-                self._append(session, t.hint.format(step=hop, atom=hints[hop - 1]))
+            if proposal < len(hints):
+                self._append(session, t.hint.format(step=proposal + 1, atom=hints[proposal]))
             self._append(session, t.propose.format(question=question, facts=t.facts_clause(facts)))
-            if hop <= len(steps):
-                sub = steps[hop - 1]
+            if proposal < len(steps):
+                sub = steps[proposal]
                 self._append(session, " " + sub)
                 query = step_query(sub, facts[-1] if facts else "")
             else:
@@ -104,17 +107,7 @@ class LinearExecutor:
                 stop_reason = "terminator" if sub else "empty_question"
                 break
             hops = hop
-            at = trace.now_ms()
-            t0 = time.perf_counter()
-            hits = self.retriever.search(query, self.k)
-            step = trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - t0) * 1000, at))
-            trace.steps[-1] = attrs.evolve(step, terminator_score=score)
-            for h in hits:
-                supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
-            self._newline(session)
-            self._append(session, t.contexts.format(passages=t.render_passages([h.passage for h in hits])))
-            evidence = self._generate(session, node, trace, self.max_evidence_tokens).strip()
-            facts.append(evidence)
+            facts.append(self._read(session, node, query, score, trace, supporting))
         self._newline(session)
         self._append(session, t.final.format(question=question))
         answer = short_answer(self._generate(session, "answer", trace, self.max_answer_tokens))
@@ -128,6 +121,19 @@ class LinearExecutor:
             hops=hops,
             execution_ms=(time.perf_counter() - started) * 1000,
         )
+
+    def _read(self, session: Session, node: str, query: str, score: float | None, trace: Trace, supporting: dict[str, PassageRef]) -> str:
+        """Retrieve for ``query``, append the contexts and generate the fact they give."""
+        at = trace.now_ms()
+        t0 = time.perf_counter()
+        hits = self.retriever.search(query, self.k)
+        step = trace.record(Step.retrieve(node, query, hits, (time.perf_counter() - t0) * 1000, at))
+        trace.steps[-1] = attrs.evolve(step, terminator_score=score)
+        for h in hits:
+            supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
+        self._newline(session)
+        self._append(session, self.template.contexts.format(passages=self.template.render_passages([h.passage for h in hits])))
+        return self._generate(session, node, trace, self.max_evidence_tokens).strip()
 
     @staticmethod
     def _append(session: Session, text: str) -> None:
