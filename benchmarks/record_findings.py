@@ -6,7 +6,9 @@
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
 question); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
-many runs that retrieved every gold passage still answered wrong; and the linear
+many runs that retrieved every gold passage still answered wrong, and how many answers to a
+comparison question (the question file's type, when run.json's file is at hand) name none of the
+things the question names; and the linear
 template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
 another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
 count with their strategy.
@@ -66,6 +68,27 @@ def tau_would_change(record: dict, tau: float, *, default: float = 0.85, min_hop
     )
 
 
+def named_in_question(answer: str, question: str) -> bool:
+    """Whether ``answer`` is one of the things ``question`` names (as the answer to "which of A or B"
+    must be).
+
+    >>> named_in_question("Krudt Og Klunker", "Which film was released earlier, Grandi Magazzini or Krudt Og Klunker?")
+    True
+    >>> named_in_question("1986", "Which film was released earlier, Grandi Magazzini or Krudt Og Klunker?")
+    False
+    """
+    return len(answer) > 2 and " ".join(words(answer)) in " ".join(words(question))
+
+
+def question_types(folder: Path) -> dict[str, str]:
+    """Question id -> the data set's type, from the question file run.json names (empty when it is not at hand)."""
+    from nlqo.eval.datasets import QuestionSet
+
+    meta = json.loads((folder / "run.json").read_text(encoding="utf-8")) if (folder / "run.json").is_file() else {}
+    path = Path(meta.get("questions_file") or "")
+    return {q.id: q.type for q in QuestionSet.load(path).questions} if path.is_file() else {}
+
+
 def base(record: dict) -> str:
     """The record's strategy without its variant options."""
     return record["strategy"].split("[")[0]
@@ -95,6 +118,10 @@ def findings(folder: Path) -> None:
     for r in records:
         if r.get("evidence_complete"):
             complete.setdefault(r["strategy"], []).append(float(r["em"]))
+    types = question_types(folder)
+    choices = [r for r in records if "comparison" in types.get(r["qid"], "") and not {a.lower() for a in r["answers"]} & {"yes", "no"}]
+    unnamed = Counter(r["strategy"] for r in choices if not named_in_question(r["answer"], r["question"]))
+    asked = Counter(r["strategy"] for r in choices)
     last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
     linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
@@ -107,6 +134,8 @@ def findings(folder: Path) -> None:
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
     print("  every gold passage retrieved, answered wrong: " + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs"))
+    if types:
+        print("  comparison answers naming nothing the question names: " + (", ".join(f"{n} {unnamed[n]} of {asked[n]}" for n in asked) or "no comparison questions"))
     print(f"  linear hops: {dict(sorted(hops.items()))}")
     print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
     print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))

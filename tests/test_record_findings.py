@@ -73,3 +73,25 @@ def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findin
     assert "auto ran: linear 2 (50.0 EM), retrieve 1 (100.0 EM)" in out
     assert "answers of last resort: {'fallback_answer': 1}" in out
     assert "every gold passage retrieved, answered wrong: tree[tree_queries=substitute] 1 of 1, auto 0 of 1" in out
+
+
+def test_findings_count_comparison_answers_that_name_none_of_the_options(findings, tmp_path, capsys):
+    import json
+
+    question = "Which film came out first, Jaws or Alien?"
+    (tmp_path / "q.jsonl").write_text(
+        json.dumps({"id": "c1", "question": question, "answers": ["Jaws"], "type": "comparison"}) + "\n"
+        + json.dumps({"id": "c2", "question": "Are Jaws and Alien both films?", "answers": ["yes"], "type": "comparison"}) + "\n"
+        + json.dumps({"id": "b1", "question": "Who directed Jaws?", "answers": ["Steven Spielberg"], "type": "bridge"}) + "\n"
+    )
+    (tmp_path / "run.json").write_text(json.dumps({"questions_file": str(tmp_path / "q.jsonl")}))
+    records = [
+        {"qid": "c1", "strategy": "linear", "question": question, "answer": "1975", "answers": ["Jaws"], "stop_reason": "terminator", "em": 0.0, "hops": 1, "trace": []},
+        {"qid": "c1", "strategy": "tree", "question": question, "answer": "jaws", "answers": ["Jaws"], "stop_reason": "root_answered", "em": 1.0, "trace": []},
+        {"qid": "c2", "strategy": "linear", "question": "Are Jaws and Alien both films?", "answer": "yes", "answers": ["yes"], "stop_reason": "terminator", "em": 1.0, "hops": 1, "trace": []},
+        {"qid": "b1", "strategy": "linear", "question": "Who directed Jaws?", "answer": "Steven Spielberg", "answers": ["Steven Spielberg"], "stop_reason": "terminator", "em": 1.0, "hops": 1, "trace": []},
+    ]  # fmt: skip
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    findings.findings(tmp_path)
+    # yes/no comparisons and bridge questions do not count; a year is not one of the films named
+    assert "comparison answers naming nothing the question names: linear 1 of 1, tree 0 of 1" in capsys.readouterr().out
