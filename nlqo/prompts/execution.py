@@ -122,49 +122,17 @@ DEMO_ANSWERS = ("Cincinnati", "Jaws", "Steven Spielberg", "1975", "1979")
 """Answers the demonstrations of this module give (final and intermediate): a prediction equal to
 one that no retrieved passage supports was copied from a demonstration (``nlqo.eval.leaks``)."""
 
-_DEMO_FIRST = f"""Main Question: {_DEMO_Q}
-Contexts:
-[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg and based on the 1974 novel by Peter Benchley.
-[2] Jaws 2: Jaws 2 is a 1978 American thriller film directed by Jeannot Szwarc.
-Based on the contexts, the film Jaws was directed by Steven Spielberg.
-To answer the Main Question ({_DEMO_Q}), using the following facts:
-- the film Jaws was directed by Steven Spielberg.
-I propose the following additional question:
-Question: In which city was Steven Spielberg born?
-Contexts:
-[1] Steven Spielberg: Steven Allan Spielberg (born December 18, 1946) is an American filmmaker. He was born in Cincinnati, Ohio.
-[2] Spielberg (film): Spielberg is a 2017 documentary about Steven Spielberg.
-Based on the contexts, Steven Spielberg was born in Cincinnati.
-To answer the Main Question ({_DEMO_Q}), using the following facts:
-- the film Jaws was directed by Steven Spielberg.
-- Steven Spielberg was born in Cincinnati.
-I propose the following additional question:
-Question: {_DEMO_Q}
-So the answer to the Main Question ({_DEMO_Q}) is: Cincinnati
+def _question_first(demo: str, first_proposal: str) -> str:
+    """A demonstration with its first proposal taken out, so that the Main Question's own contexts
+    come first (as :data:`LINEAR_QUESTION_FIRST` runs)."""
+    question = demo.split("\n", 1)[0].removeprefix("Main Question: ")
+    proposal = f"To answer the Main Question ({question}), I propose the following additional question:\nQuestion: {first_proposal}\n"
+    assert proposal in demo
+    return demo.replace(proposal, "", 1)
 
-"""
 
-_COMPARE_FIRST = f"""Main Question: {_COMPARE_Q}
-Contexts:
-[1] Jaws (film): Jaws is a 1975 American thriller film directed by Steven Spielberg.
-[2] Jaws (novel): Jaws is a 1974 novel by Peter Benchley.
-Based on the contexts, the film Jaws was released in 1975.
-To answer the Main Question ({_COMPARE_Q}), using the following facts:
-- the film Jaws was released in 1975.
-I propose the following additional question:
-Question: When was the film Alien released?
-Contexts:
-[1] Alien (film): Alien is a 1979 science fiction horror film directed by Ridley Scott.
-[2] Aliens (film): Aliens is a 1986 science fiction action film directed by James Cameron.
-Based on the contexts, the film Alien was released in 1979.
-To answer the Main Question ({_COMPARE_Q}), using the following facts:
-- the film Jaws was released in 1975.
-- the film Alien was released in 1979.
-I propose the following additional question:
-Question: {_COMPARE_Q}
-So the answer to the Main Question ({_COMPARE_Q}) is: Jaws
-
-"""
+_DEMO_FIRST = _question_first(_DEMO, "Who directed the film Jaws?")
+_COMPARE_FIRST = _question_first(_COMPARE, "When was the film Jaws released?")
 
 _SHORT_ANSWER = ("then give a short answer (a name, date, number, or yes/no), not a sentence. When the Main "
                  "Question asks which of several things, the answer is one of them.\n\n")
