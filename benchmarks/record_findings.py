@@ -8,7 +8,8 @@ first reply; how the tree's node questions were made (substituted, rewritten, a 
 question); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
 many runs that retrieved every gold passage still answered wrong, and how many answers to a
 comparison question (the question file's type, when run.json's file is at hand) name none of the
-things the question names; and the linear
+things the question names; how many answers were asked again among a choice question's options
+(held: the new answer names one; right: and is right); and the linear
 template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
 another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
 count with their strategy.
@@ -23,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
+from nlqo.execute.choice import CHOICE_NODE, HELD
 from nlqo.execute.trace import PARSE_FAILED
 from nlqo.parser import check_grounded, clean, drop_repeats, tidy
 from nlqo.syntax import parse
@@ -123,6 +125,10 @@ def findings(folder: Path) -> None:
     unnamed = Counter(r["strategy"] for r in choices if not named_in_question(r["answer"], r["question"]))
     asked = Counter(r["strategy"] for r in choices)
     last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
+    held: dict[str, list[float]] = {}
+    for r in records:
+        if any(s["node"] == CHOICE_NODE for s in r["trace"]):
+            held.setdefault(r["strategy"], []).append(float(r["em"]) if r["stop_reason"].endswith(HELD) else -1.0)
     linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
     causes = Counter(stop_cause(r) for r in linear)
@@ -133,6 +139,7 @@ def findings(folder: Path) -> None:
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
+    print("  choice answers asked again among the options: " + (", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items()) or "none"))
     print("  every gold passage retrieved, answered wrong: " + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs"))
     if types:
         print("  comparison answers naming nothing the question names: " + (", ".join(f"{n} {unnamed[n]} of {asked[n]}" for n in asked) or "no comparison questions"))

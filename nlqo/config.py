@@ -99,6 +99,9 @@ class EngineConfig:
     question_first: bool = False
     """The linear template's first hop retrieves with the question itself, before any sub-question
     (its own demonstrations: :data:`nlqo.prompts.execution.LINEAR_QUESTION_FIRST`)."""
+    hold_options: bool = True
+    """A choice question's answer (``Which ..., A or B?``) that names no option, or both, is asked
+    again among the options (:mod:`nlqo.execute.choice`)."""
     simple_plans: str = attrs.field(default="retrieve", validator=_in(SIMPLE_PLANS))
     """``auto`` on a single-atom plan or an unparsed question: the linear template, or (``retrieve``)
     one retrieval and one answer where its estimate is the cheapest."""

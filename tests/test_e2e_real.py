@@ -87,6 +87,20 @@ def test_tree_on_the_real_model(engine):
     assert result.stop_reason == "root_answered" and result.answer
 
 
+def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_an_option(engine):
+    from nlqo.execute.choice import CHOICE_NODE, HELD, held_to_options
+    from nlqo.execute.trace import RunResult, Step
+
+    question = "Who was born first, Ada Lovelace or Charles Babbage?"
+    hits = engine.linear.retriever.search("Ada Lovelace Charles Babbage born", 2)
+    ran = RunResult(question=question, answer="London", strategy="linear", trace=(Step.retrieve("hop-1", question, hits, 1.0),), stop_reason="terminator")
+    result = held_to_options(ran, engine.llm)
+    # the constraint leaves the 135M model no other reply (llama.cpp applies it token by token)
+    assert result.answer in ("Ada Lovelace", "Charles Babbage") and result.stop_reason == f"terminator; {HELD}"
+    step = result.trace[-1]
+    assert step.node == CHOICE_NODE and step.forced_tokens > 0 and "'London' named no option" in step.note
+
+
 def test_explain_analyze_json_shape(index, capsys, repo):
     ir = repo / "examples" / "director_birthplace.nlqo"
     code = main(["explain", QUESTION, "--index", str(index), "--model", "smollm2-135m", "--ir", str(ir), "--analyze", "--format", "json", "--max-hops", "2", "-k", "2", "--quiet", "--strategy", "tree"])

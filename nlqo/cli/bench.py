@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 FALLBACK_MODEL = "qwen2.5-coder-1.5b"
-ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse", "ir_cleanup", "plan_hints", "guard_rewrites", "tree_queries", "plan_steps", "question_first", "simple_plans", "cost_model", "constrained")
+ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse", "ir_cleanup", "plan_hints", "guard_rewrites", "tree_queries", "plan_steps", "question_first", "hold_options", "simple_plans", "cost_model", "constrained")
 """Ablation flags, passed as options to the linear, tree and auto builders."""
 
 EPILOG = """\
@@ -89,6 +89,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ablation.add_argument("--plan-steps", metavar="on|off", help="a plan lowered to the linear template: its atoms are the hops' questions (default off)")
     ablation.add_argument("--simple-plans", metavar="LIST", help="auto: single-atom plans and unparsed questions by the linear template or one retrieval (linear, retrieve or linear,retrieve)")
     ablation.add_argument("--question-first", metavar="on|off", help="linear template: the first hop retrieves with the question itself (default off)")
+    ablation.add_argument("--hold-options", metavar="on|off", help="a choice question's answer that names no option, or both, is asked again among the options (default on)")
     ablation.add_argument("--plan-hints", metavar="on|off", help="show a plan lowered to the linear template its atoms as hints (default on)")
     ablation.add_argument("--constrained", metavar="on|off", help="parse (and classify relations) under the IR's generation grammar (default on; docs/ir.md)")
     add_planning_options(p, variants=True)

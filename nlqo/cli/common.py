@@ -77,6 +77,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
     group.add_argument("--plan-steps", action="store_true", help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated")
     group.add_argument("--question-first", action="store_true", help="linear template: the first hop retrieves with the question itself, before any sub-question")
+    group.add_argument("--hold-options", type=on_off, default=None, metavar="on|off", help="a choice question's answer (Which ..., A or B?) that names no option, or both, is asked again among the options (default: on)")
     group.add_argument("--simple-plans", choices=SIMPLE_PLANS, default=None, help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: retrieve)")
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
@@ -144,6 +145,7 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             plan_hints=not given.get("no_plan_hints", False),
             plan_steps=bool(given.get("plan_steps", False)),
             question_first=bool(given.get("question_first", False)),
+            hold_options=opt("hold_options", base.hold_options),  # type: ignore[arg-type]
             simple_plans=opt("simple_plans", base.simple_plans),  # type: ignore[arg-type]
             guard_rewrites=not given.get("no_guard_rewrites", False),
             tree_queries=opt("tree_queries", base.tree_queries),  # type: ignore[arg-type]

@@ -7,6 +7,8 @@ from typing import Any, Mapping
 
 from nlqo import explain
 from nlqo.execute.lower import PhysicalPlan
+from nlqo.execute.choice import CHOICE_NODE
+from nlqo.execute.fallback import FALLBACK_NODE
 from nlqo.execute.trace import RunResult, Step
 from nlqo.plan import ROOT
 
@@ -23,7 +25,7 @@ def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
         elif physical.operator == "linear" and node.startswith("hop-"):
             hop = int(node.split("-")[1]) - 1
             node = order[hop] if hop < len(order) else ROOT
-        elif node in ("answer", "fallback"):
+        elif node in ("answer", FALLBACK_NODE, CHOICE_NODE):
             node = ROOT
         groups[node].append(i)
     return groups

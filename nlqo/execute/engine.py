@@ -8,6 +8,7 @@ import attrs
 
 from nlqo.config import EngineConfig
 from nlqo.errors import LimitError, ParseFailure
+from nlqo.execute.choice import held_to_options
 from nlqo.execute.fallback import answer_or_fallback
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
@@ -129,14 +130,15 @@ class Engine:
 
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
         """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first.
-        An empty answer gets one more try (:func:`~nlqo.execute.fallback.answer_or_fallback`)."""
+        An empty answer gets one more try (:func:`~nlqo.execute.fallback.answer_or_fallback`), and
+        so does a choice question's answer that names none of its options (:mod:`nlqo.execute.choice`)."""
         self._check(question)
         strategy = strategy or self.config.strategy
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
         trace = trace or Trace()
         if strategy == "linear":
-            return answer_or_fallback(self.linear.run(question, trace=trace, strategy="linear"), self.llm, k=self.k, trace=trace)
+            return self._finish(self.linear.run(question, trace=trace, strategy="linear"), trace)
         return self.execute(question, self.plan(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
 
     def execute(self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -144,7 +146,13 @@ class Engine:
         self._check(question)
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
-        return answer_or_fallback(self._run(question, planned, strategy, trace), self.llm, k=self.k, trace=trace)
+        return self._finish(self._run(question, planned, strategy, trace), trace)
+
+    def _finish(self, result: RunResult, trace: Trace) -> RunResult:
+        """An empty answer asked again (:func:`answer_or_fallback`), then a choice question's answer
+        held to its options (:func:`held_to_options`, when ``hold_options``)."""
+        result = answer_or_fallback(result, self.llm, k=self.k, trace=trace)
+        return held_to_options(result, self.llm, trace=trace) if self.config.hold_options else result
 
     def _run(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
         if planned.physical is None:  # the question could not be parsed: the template needs no plan

@@ -1,0 +1,108 @@
+"""A choice question's answer is one of the options it names.
+
+"Which film came out first, Jaws or Alien?" is answered ``Jaws`` or ``Alien``; small models often
+answer the bridge entity (the director) or the value compared (a year) instead. When a run's answer
+names no option, or both, the engine asks once more, constrained (where the backend can) to the
+options, over the passages the run retrieved. Only the comma form is recognised (``<wh-word> ...,
+A or B?``): the options' bounds are unambiguous there, and it is how the multi-hop data sets ask.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import attrs
+
+from nlqo.answers import short_answer
+from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.llm.base import LLM
+from nlqo.llm.constrain import choice, constrained_chat
+from nlqo.passages import Passage
+from nlqo.prompts import execution
+
+CHOICE_NODE = "choice"
+HELD = "held_to_options"
+"""The ``stop_reason`` suffix of a run whose answer was asked again among the options."""
+MAX_PASSAGES = 8
+
+_WH = re.compile(r"(?:which|who|whose|what|where|when)\b", re.IGNORECASE)
+_OR = re.compile(r",? or ")
+
+
+def offered_options(question: str) -> tuple[str, ...]:
+    """The two options of a ``<wh-word> ..., A or B?`` question, else ``()``.
+
+    >>> offered_options("Which film came out first, Jaws or Alien?")
+    ('Jaws', 'Alien')
+    >>> offered_options("Which film has the director born earlier, Priscilla, Queen Of The Desert or Harvest: 3,000 Years?")
+    ('Priscilla, Queen Of The Desert', 'Harvest: 3,000 Years')
+    >>> offered_options("Which group has more members, DC Talk, or Manchester Orchestra?")
+    ('DC Talk', 'Manchester Orchestra')
+    >>> offered_options("Who directed Jaws?"), offered_options("Is Jaws or Alien older?")
+    ((), ())
+    """
+    text = question.strip().removesuffix("?")
+    head, comma, tail = text.partition(", ")
+    if not comma or not _WH.match(head.strip()):
+        return ()
+    options = tuple(part.strip().removesuffix("?").strip() for part in _OR.split(tail))
+    return options if len(options) == 2 and all(options) and options[0] != options[1] else ()
+
+
+def _words(text: str) -> set[str]:
+    """The words of ``text`` that identify it (lower case, initials left out)."""
+    return {w for w in re.findall(r"\w+", text.lower()) if len(w) > 1}
+
+
+def named_options(answer: str, options: Sequence[str]) -> list[str]:
+    """The options ``answer`` names: it has every word of the option (initials aside), or all its
+    words are the option's.
+
+    >>> named_options("Jaws (film)", ["Jaws", "Alien"]), named_options("1975", ["Jaws", "Alien"])
+    (['Jaws'], [])
+    >>> named_options("Joseph Leo Mankiewicz", ["Joseph L. Mankiewicz", "Tony Kaye"])
+    ['Joseph L. Mankiewicz']
+    """
+    said = _words(answer)
+    if not said:
+        return []
+    return [o for o in options if (w := _words(o)) and (w <= said or said <= w)]
+
+
+def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[PassageRef]:
+    """The first ``limit`` distinct passages (with texts) the run retrieved, in retrieval order."""
+    seen: dict[str, PassageRef] = {}
+    for ref in result.retrieved:
+        if ref.text:
+            seen.setdefault(ref.id, ref)
+    return list(seen.values())[:limit]
+
+
+def choose(llm: LLM, question: str, options: Sequence[str], passages: Sequence[Passage], trace: Trace, note: str = "") -> str:
+    """Ask ``question`` again over ``passages``, the reply constrained to one of ``options``."""
+    prompt = execution.ANSWER
+    messages = prompt.messages(passages=execution.LINEAR.render_passages(list(passages)), known="", question=question)
+    at = trace.now_ms()
+    out = constrained_chat(llm, messages, choice(options, name="options"), stop=prompt.stop, max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(CHOICE_NODE, out.usage, out.text, at, prompt=messages, note=note))
+    return short_answer(out.text)
+
+
+def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, limit: int = MAX_PASSAGES) -> RunResult:
+    """``result`` itself unless its question offers options and its answer names none or both;
+    then the answer asked again among the options (:func:`choose`), kept when it names exactly one."""
+    options = offered_options(result.question)
+    named = named_options(result.answer, options)
+    if not options or len(named) == 1:
+        return result
+    refs = distinct_passages(result, limit)
+    if not refs:
+        return result
+    trace = trace or Trace(list(result.trace))
+    passages = [Passage(id=r.id, title=r.title, text=r.text) for r in refs]
+    note = f"the answer {result.answer!r} named {'both options' if named else 'no option'}: asked again among {' | '.join(options)}"
+    answer = choose(llm, result.question, options, passages, trace, note)
+    if len(named_options(answer, options)) != 1:
+        return attrs.evolve(result, trace=trace.freeze())
+    return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=f"{result.stop_reason}; {HELD}")

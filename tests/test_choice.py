@@ -1,0 +1,101 @@
+"""A choice question's answer is held to the options it names (nlqo.execute.choice)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from fakes import PASSAGES, HashEmbedder, KeywordRetriever
+from nlqo.config import EngineConfig
+from nlqo.execute.choice import CHOICE_NODE, HELD, named_options, offered_options
+from nlqo.execute.engine import Engine
+from nlqo.llm import ScriptedLLM
+
+QUESTION = "Which film came out first, Jaws or Alien?"
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+def engine(llm, **options) -> Engine:
+    config = EngineConfig(strategy="linear", measure_costs=False, cost_model="structural", **options)
+    return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+
+
+def template_llm(final: str, again: str) -> ScriptedLLM:
+    """A linear run that asks one question, then answers ``final``; asked again, it says ``again``."""
+    return ScriptedLLM(
+        [
+            ("Answer the question from the contexts", again),
+            ("Question:$", [" When was the film Jaws released?", f" {QUESTION}"]),
+            ("Based on the contexts,$", " Jaws is a 1975 film directed by Steven Spielberg."),
+            ("is:$", final),
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "question, options",
+    [
+        ("Which film was released earlier, Grandi Magazzini or Krudt Og Klunker?", ("Grandi Magazzini", "Krudt Og Klunker")),
+        ("Which case came first, Craig v. Boren or United States v. Paramount Pictures, Inc.?", ("Craig v. Boren", "United States v. Paramount Pictures, Inc.")),
+        ("Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?", ("What Will You Do When You Catch Me", "School On Fire")),
+        ("Who was born earlier, Simone Bolelli or Caroline Wozniacki?", ("Simone Bolelli", "Caroline Wozniacki")),
+        ("In 1990, did Jaws or Alien sell more?", ()),
+        ("Which film came out first, Jaws or Alien or Up?", ()),
+        ("Who directed Jaws, Spielberg?", ()),
+    ],
+)
+def test_options_are_read_from_the_comma_form_only(question, options):
+    assert offered_options(question) == options
+
+
+def test_an_answer_names_an_option_by_its_words_whatever_the_form():
+    options = ["Joseph L. Mankiewicz", "Tony Kaye"]
+    assert named_options("Joseph Leo Mankiewicz", options) == ["Joseph L. Mankiewicz"]
+    assert named_options("Kaye", options) == ["Tony Kaye"]
+    assert named_options("1986", options) == [] and named_options("", options) == []
+    assert named_options("Tony Kaye and Joseph Mankiewicz", options) == options
+
+
+@pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
+def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_exactly_one_option():
+    """Why holding an answer to the options cannot turn a right answer wrong on these sets."""
+    asked = 0
+    for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200"):
+        with gzip.open(DATA / f"{name}.jsonl.gz", "rt") as lines:
+            for question in map(json.loads, lines):
+                if options := offered_options(question["question"]):
+                    asked += 1
+                    assert any(len(named_options(a, options)) == 1 for a in question["answers"]), question
+    assert asked == 169
+
+
+def test_an_answer_naming_no_option_is_asked_again_among_the_options_over_the_runs_passages():
+    llm = template_llm(" Steven Spielberg", "Jaws")
+    result = engine(llm).ask(QUESTION)
+    assert result.answer == "Jaws" and result.stop_reason.endswith(f"; {HELD}")
+    last = result.trace[-1]
+    assert last.node == CHOICE_NODE and "'Steven Spielberg' named no option" in last.note and "Jaws | Alien" in last.note
+    retrieved = {p.title for s in result.trace if s.kind == "retrieve" for p in s.passages}
+    assert retrieved and all(title in llm.calls[-1] for title in retrieved)
+
+
+def test_an_answer_naming_one_option_costs_no_extra_call():
+    llm = template_llm(" Jaws (film)", "Alien")
+    result = engine(llm).ask(QUESTION)
+    assert result.answer == "Jaws (film)" and HELD not in result.stop_reason
+    assert not any("Answer the question from the contexts" in c for c in llm.calls)
+
+
+def test_a_reply_that_still_names_no_option_leaves_the_answer_and_shows_the_try():
+    result = engine(template_llm(" Steven Spielberg", "1975")).ask(QUESTION)
+    assert result.answer == "Steven Spielberg" and HELD not in result.stop_reason
+    assert result.trace[-1].node == CHOICE_NODE and result.trace[-1].text == "1975"
+
+
+def test_holding_to_options_can_be_turned_off():
+    llm = template_llm(" Steven Spielberg", "Jaws")
+    result = engine(llm, hold_options=False).ask(QUESTION)
+    assert result.answer == "Steven Spielberg" and all(s.node != CHOICE_NODE for s in result.trace)
