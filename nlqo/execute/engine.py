@@ -150,9 +150,14 @@ class Engine:
 
     def _finish(self, result: RunResult, trace: Trace) -> RunResult:
         """An empty answer asked again (:func:`answer_or_fallback`), then a choice question's answer
-        held to its options (:func:`held_to_options`, when ``hold_options``)."""
-        result = answer_or_fallback(result, self.llm, k=self.k, trace=trace)
-        return held_to_options(result, self.llm, trace=trace) if self.config.hold_options else result
+        held to its options (:func:`held_to_options`, when ``hold_options``); their time counts as execution."""
+        started = time.perf_counter()
+        finished = answer_or_fallback(result, self.llm, k=self.k, trace=trace)
+        if self.config.hold_options:
+            finished = held_to_options(finished, self.llm, trace=trace)
+        if finished is result:
+            return result
+        return attrs.evolve(finished, execution_ms=result.execution_ms + (time.perf_counter() - started) * 1000)
 
     def _run(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
