@@ -43,6 +43,9 @@ def template_llm(final: str, again: str) -> ScriptedLLM:
         ("Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?", ("What Will You Do When You Catch Me", "School On Fire")),
         ("Who was born earlier, Simone Bolelli or Caroline Wozniacki?", ("Simone Bolelli", "Caroline Wozniacki")),
         ("In 1990, did Jaws or Alien sell more?", ()),
+        ("Are the directors of Jaws and Alien both American?", ("yes", "no")),
+        ("Did Jaws or Alien sell more?", ()),
+        ("Will Smith starred in which film?", ()),
         ("Which film came out first, Jaws or Alien or Up?", ()),
         ("Who directed Jaws, Spielberg?", ()),
     ],
@@ -61,15 +64,20 @@ def test_an_answer_names_an_option_by_its_words_whatever_the_form():
 
 @pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
 def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_exactly_one_option():
-    """Why holding an answer to the options cannot turn a right answer wrong on these sets."""
-    asked = 0
+    """Why holding an answer to the options cannot turn a right answer wrong on these sets; and every
+    yes/no question there is read as polar."""
+    asked = polar = 0
     for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200"):
         with gzip.open(DATA / f"{name}.jsonl.gz", "rt") as lines:
             for question in map(json.loads, lines):
-                if options := offered_options(question["question"]):
+                options = offered_options(question["question"])
+                if options:
                     asked += 1
                     assert any(len(named_options(a, options)) == 1 for a in question["answers"]), question
-    assert asked == 169
+                yes_no = bool({a.lower() for a in question["answers"]} & {"yes", "no"})
+                assert yes_no == (options == ("yes", "no")), question
+                polar += yes_no
+    assert (asked, polar) == (169 + 36, 36)
 
 
 def test_an_answer_naming_no_option_is_asked_again_among_the_options_over_the_runs_passages():
@@ -94,6 +102,21 @@ def test_a_reply_that_still_names_no_option_leaves_the_answer_and_shows_the_try(
     result = engine(template_llm(" Steven Spielberg", "1975")).ask(QUESTION)
     assert result.answer == "Steven Spielberg" and HELD not in result.stop_reason
     assert result.trace[-1].node == CHOICE_NODE and result.trace[-1].text == "1975"
+
+
+def test_a_polar_question_answered_with_a_name_is_asked_again_for_yes_or_no():
+    question = "Are Jaws and Alien both American films?"
+    llm = ScriptedLLM(
+        [
+            ("Answer the question from the contexts", "yes"),
+            ("Question:$", [" When was the film Jaws released?", f" {question}"]),
+            ("Based on the contexts,$", " Jaws is a 1975 film directed by Steven Spielberg."),
+            ("is:$", " American"),
+        ]
+    )
+    result = engine(llm).ask(question)
+    assert result.answer == "yes" and result.stop_reason.endswith(f"; {HELD}")
+    assert "asked again among yes | no" in result.trace[-1].note
 
 
 def test_holding_to_options_can_be_turned_off():

@@ -3,8 +3,10 @@
 "Which film came out first, Jaws or Alien?" is answered ``Jaws`` or ``Alien``; small models often
 answer the bridge entity (the director) or the value compared (a year) instead. When a run's answer
 names no option, or both, the engine asks once more, constrained (where the backend can) to the
-options, over the passages the run retrieved. Only the comma form is recognised (``<wh-word> ...,
-A or B?``): the options' bounds are unambiguous there, and it is how the multi-hop data sets ask.
+options, over the passages the run retrieved. Two forms are recognised: ``<wh-word> ..., A or B?``
+(the comma bounds the options; it is how the multi-hop data sets ask), and a polar question
+(``Are both films American?``: an auxiliary verb first, no ``or`` and no ``which``, ``what``,
+``who`` or ``how``, so ``Will Smith starred in which film?`` is not one), whose options are yes and no.
 """
 
 from __future__ import annotations
@@ -28,10 +30,14 @@ MAX_PASSAGES = 8
 
 _WH = re.compile(r"(?:which|who|whose|what|where|when)\b", re.IGNORECASE)
 _OR = re.compile(r",? or ")
+_POLAR = re.compile(r"(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.IGNORECASE)
+_ASKS_WHAT = re.compile(r"\b(?:which|what|who|whom|whose|how)\b", re.IGNORECASE)
+YES_NO = ("yes", "no")
 
 
 def offered_options(question: str) -> tuple[str, ...]:
-    """The two options of a ``<wh-word> ..., A or B?`` question, else ``()``.
+    """The two options of a ``<wh-word> ..., A or B?`` question, yes and no for a polar question,
+    else ``()``.
 
     >>> offered_options("Which film came out first, Jaws or Alien?")
     ('Jaws', 'Alien')
@@ -39,10 +45,14 @@ def offered_options(question: str) -> tuple[str, ...]:
     ('Priscilla, Queen Of The Desert', 'Harvest: 3,000 Years')
     >>> offered_options("Which group has more members, DC Talk, or Manchester Orchestra?")
     ('DC Talk', 'Manchester Orchestra')
-    >>> offered_options("Who directed Jaws?"), offered_options("Is Jaws or Alien older?")
-    ((), ())
+    >>> offered_options("Are Jaws and Alien both American films?")
+    ('yes', 'no')
+    >>> offered_options("Who directed Jaws?"), offered_options("Is Jaws or Alien older?"), offered_options("Will Smith starred in which film?")
+    ((), (), ())
     """
     text = question.strip().removesuffix("?")
+    if _POLAR.match(text):
+        return () if " or " in text or _ASKS_WHAT.search(text) else YES_NO
     head, comma, tail = text.partition(", ")
     if not comma or not _WH.match(head.strip()):
         return ()
