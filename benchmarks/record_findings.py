@@ -5,7 +5,8 @@
 
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
-question); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
+question); how many of the tree's leaves name no entity (subject and object both variables, so their retrieval
+has only the predicate to go on); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
 many runs that retrieved every gold passage still answered wrong, and how many answers to a
 comparison question (the question file's type, when run.json's file is at hand) name none of the
 things the question names; how many answers were asked again among a choice question's options
@@ -112,6 +113,14 @@ def findings(folder: Path) -> None:
                     nodes += 1
                     copies += words(step["text"]) == words(r["question"])
                     substituted += (step.get("note") or "").startswith("question by substitution")
+    leaves = [
+        node["triple"]
+        for r in records
+        if base(r) == "tree" and r.get("plan")
+        for node in r["plan"]["nodes"]
+        if node.get("triple") and not node["children"]
+    ]
+    bare = [t for t in leaves if t[0].startswith("?") and t[2].startswith("?")]
     operators: dict[str, list[float]] = {}
     for r in records:
         if base(r) == "auto":
@@ -137,6 +146,7 @@ def findings(folder: Path) -> None:
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
+    print(f"  tree leaves naming no entity (subject and object variables): {len(bare)} of {len(leaves)}" + (f", e.g. {' '.join(bare[0])}" if bare else ""))
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
     print("  choice answers asked again among the options: " + (", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items()) or "none"))
