@@ -173,21 +173,6 @@ def test_a_node_whose_child_gave_no_answer_is_rewritten_by_the_llm():
     assert retriever.queries[1] == "Q(?d born in ?city)"
 
 
-def test_a_leaf_naming_no_entity_is_rewritten_with_the_main_question_not_searched_as_it_is():
-    bare = parse(
-        'question "Who is the father of Edward Baring\'s father?"\n'
-        'q1 = (?father, "father of", ?child)\nq2 = (?grandfather, "father of", ?father)\nanswer ?grandfather'
-    )
-    retriever = KeywordRetriever(PASSAGES)
-    llm = NodeLLM()
-    result = TreeExecutor(llm, retriever, queries="substitute").run(structural_plan(bare))
-    first = [s for s in result.trace if s.kind == "retrieve"][0]
-    assert llm.events[0] == ("start", "?father father of ?child")  # the LLM writes the leaf's question
-    assert first.text == "Q(?father father of ?child)" and not first.note
-    # its parent names the leaf's answer once substituted: no rewrite there
-    assert sum(kind == "start" for kind, _ in llm.events) == 1
-
-
 def test_tree_queries_is_an_engine_option_and_refuses_unknown_values():
     assert EngineConfig(tree_queries="substitute").with_options(tree_queries="rewrite").tree_queries == "rewrite"
     with pytest.raises(ValueError, match="tree_queries"):

@@ -3,8 +3,7 @@
 Leaves rewrite their atom into a question, retrieve and answer. An inner node gathers its
 children's questions and answers, rewrites its own atom with them, retrieves and answers. With
 ``queries="substitute"`` a node's question is instead its atom with the children's answers put in
-place of their variables, retrieved as it is, and the LLM rewrites only where that fails or the
-atom names no entity (its subject and object both variables). The root
+place of their variables, retrieved as it is, and the LLM rewrites only where that fails. The root
 (the question itself) answers the main question from its children's answers. A node starts only
 when all its children have finished; ready nodes run concurrently on a thread pool.
 """
@@ -68,18 +67,6 @@ def substitute(query: Query, node: str, children: list[NodeResult]) -> Atom | No
     return Atom(atom.id, *terms)
 
 
-def names_entity(atom: Atom) -> bool:
-    """Whether ``atom``'s subject or object is a value, so that it can be looked up as it is
-    (``?father father of ?child`` cannot: only its predicate would be searched for).
-
-    >>> from nlqo.ir import Var, Const
-    >>> names_entity(Atom("q1", Var("d"), Const("directed"), Const("Jaws"))), names_entity(Atom("q1", Var("f"), Const("father of"), Var("c")))
-    (True, False)
-    """
-    subject, _, object_ = atom.terms
-    return isinstance(subject, Const) or isinstance(object_, Const)
-
-
 def fill_question(atom: Atom, target: str | None) -> str:
     """The question a substituted atom asks: the value of ``target`` (or its first variable).
 
@@ -126,8 +113,7 @@ class TreeExecutor:
     the atom and its children's answers): small models often copy the main question."""
     queries: str = attrs.field(default="substitute", validator=attrs.validators.in_(TREE_QUERIES))
     """``rewrite``: the LLM writes each node's question; ``substitute``: the children's answers are
-    put into the atom (:func:`substitute`) and the LLM rewrites only where that fails or leaves an
-    atom that names no entity (:func:`names_entity`)."""
+    put into the atom (:func:`substitute`) and the LLM rewrites only where that fails."""
 
     def run(self, plan: Plan, *, trace: Trace | None = None, strategy: str = "tree") -> RunResult:
         trace = trace or Trace()
@@ -177,7 +163,7 @@ class TreeExecutor:
         if node == ROOT:
             question = main
             query = " ".join([main, *(c.answer for c in children)])
-        elif self.queries == "substitute" and (filled := substitute(plan.query, node, children)) is not None and names_entity(filled):
+        elif self.queries == "substitute" and (filled := substitute(plan.query, node, children)) is not None:
             question, query = fill_question(filled, _target(plan, node)), search_text(filled)
             note = f"question by substitution: {question}"
         else:
