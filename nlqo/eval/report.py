@@ -78,8 +78,12 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
 
 
 def _points(diff: float, low: float, high: float) -> str:
-    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]``."""
-    return f"{100 * diff:+.1f} [{100 * low:+.1f}, {100 * high:+.1f}]"
+    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]`` (no ``-0.0``).
+
+    >>> _points(-0.0, -0.24, 0.2)
+    '+0.0 [-24.0, +20.0]'
+    """
+    return f"{100 * diff + 0.0:+.1f} [{100 * low + 0.0:+.1f}, {100 * high + 0.0:+.1f}]"
 
 
 def _diff(summary: dict[str, Any], a: str, b: str) -> str:

@@ -237,7 +237,7 @@ def differences_table(summary: dict[str, Any], *, against: str | None = None) ->
         if against is not None and against not in (a, b):
             continue
         if against is not None and b == against:
-            a, b, diff, low, high = b, a, -diff, -high, -low
+            a, b, diff, low, high = b, a, 0.0 - diff, 0.0 - high, 0.0 - low  # 0.0 - x: no -0.0
         lines.append(f"| {a} - {b} | {100 * diff:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] |")
     return "\n".join(lines) + "\n"
 
