@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-from pathlib import Path
-
 import pytest
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
@@ -15,7 +13,6 @@ from nlqo.execute.engine import Engine
 from nlqo.llm import ScriptedLLM
 
 QUESTION = "Which film came out first, Jaws or Alien?"
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 def engine(llm, **options) -> Engine:
@@ -62,13 +59,12 @@ def test_an_answer_names_an_option_by_its_words_whatever_the_form():
     assert named_options("Tony Kaye and Joseph Mankiewicz", options) == options
 
 
-@pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/data")
-def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_exactly_one_option():
+def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_exactly_one_option(shared_data):
     """Why holding an answer to the options cannot turn a right answer wrong on these sets; and every
     yes/no question there is read as polar."""
     asked = polar = 0
     for name in ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200"):
-        with gzip.open(DATA / f"{name}.jsonl.gz", "rt") as lines:
+        with gzip.open(shared_data / f"{name}.jsonl.gz", "rt") as lines:
             for question in map(json.loads, lines):
                 options = offered_options(question["question"])
                 if options:
