@@ -16,12 +16,10 @@ from typing import Sequence
 
 import attrs
 
-from nlqo.answers import short_answer
-from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.execute.fallback import ask_again
+from nlqo.execute.trace import PassageRef, RunResult, Trace
 from nlqo.llm.base import LLM
-from nlqo.llm.constrain import choice, constrained_chat
-from nlqo.passages import Passage
-from nlqo.prompts import execution
+from nlqo.llm.constrain import choice
 
 CHOICE_NODE = "choice"
 HELD = "held_to_options"
@@ -89,16 +87,6 @@ def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[Pass
     return list(seen.values())[:limit]
 
 
-def choose(llm: LLM, question: str, options: Sequence[str], passages: Sequence[Passage], trace: Trace, note: str = "") -> str:
-    """Ask ``question`` again over ``passages``, the reply constrained to one of ``options``."""
-    prompt = execution.ANSWER
-    messages = prompt.messages(passages=execution.LINEAR.render_passages(list(passages)), known="", question=question)
-    at = trace.now_ms()
-    out = constrained_chat(llm, messages, choice(options, name="options"), stop=prompt.stop, max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(CHOICE_NODE, out.usage, out.text, at, prompt=messages, note=note))
-    return short_answer(out.text)
-
-
 def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, limit: int = MAX_PASSAGES) -> RunResult:
     """``result`` itself unless its question offers options and its answer names none or both;
     then the answer asked again among the options (:func:`choose`), kept when it names exactly one."""
@@ -110,9 +98,8 @@ def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, 
     if not refs:
         return result
     trace = trace or Trace(list(result.trace))
-    passages = [Passage(id=r.id, title=r.title, text=r.text) for r in refs]
     note = f"the answer {result.answer!r} named {'both options' if named else 'no option'}: asked again among {' | '.join(options)}"
-    answer = choose(llm, result.question, options, passages, trace, note)
+    answer = ask_again(llm, result.question, refs, choice(options, name="options"), trace, CHOICE_NODE, note)
     if len(named_options(answer, options)) != 1:
         return attrs.evolve(result, trace=trace.freeze())
     return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=f"{result.stop_reason}; {HELD}")

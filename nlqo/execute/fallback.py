@@ -48,6 +48,18 @@ def span_constraint(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> Co
     return choice(spans(texts, max_words), name="passage-span")
 
 
+def ask_again(llm: LLM, question: str, refs: Sequence[PassageRef], constraint: Constraint, trace: Trace, node: str, note: str) -> str:
+    """``question`` asked once more with the tree's answer prompt over ``refs``, the reply under
+    ``constraint`` where the backend applies one; the call is recorded as ``node``."""
+    prompt = execution.ANSWER
+    passages = [Passage(id=r.id, title=r.title, text=r.text) for r in refs]
+    messages = prompt.messages(passages=execution.LINEAR.render_passages(passages), known="", question=question)
+    at = trace.now_ms()
+    out = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens)
+    trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, note=note))
+    return short_answer(out.text)
+
+
 def best_passages(result: RunResult, k: int) -> list[PassageRef]:
     """The best ``k`` distinct passages the run retrieved, with their texts."""
     best: dict[str, PassageRef] = {}
@@ -66,12 +78,7 @@ def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace 
     refs = best_passages(result, k)
     answer = ""
     if refs:
-        prompt = execution.ANSWER
-        passages = [Passage(id=r.id, title=r.title, text=r.text) for r in refs]
-        messages = prompt.messages(passages=execution.LINEAR.render_passages(passages), known="", question=result.question)
-        at = trace.now_ms()
-        out = constrained_chat(llm, messages, span_constraint([r.text for r in refs]), stop=prompt.stop, max_tokens=prompt.max_tokens)
-        trace.record(Step.llm(FALLBACK_NODE, out.usage, out.text, at, prompt=messages, note="the strategy's answer was empty: asked for a span of its passages"))
-        answer = short_answer(out.text)
+        note = "the strategy's answer was empty: asked for a span of its passages"
+        answer = ask_again(llm, result.question, refs, span_constraint([r.text for r in refs]), trace, FALLBACK_NODE, note)
     reason = result.stop_reason + ("; fallback_answer" if answer else f"; {NO_ANSWER}")
     return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=reason)
