@@ -115,6 +115,14 @@ class EngineConfig:
     apply one (docs/ir.md: constrained parsing); off asks freely and repairs after the fact."""
     parse_atoms: int = MAX_ATOMS
     """Atoms a constrained parse may write."""
+    anchored: bool = True
+    """A constrained parse's first atom names a constant of the question (the generation grammar)."""
+    span_constants: bool = True
+    """A constrained parse's constants are runs of the question's words (off: strings containing a
+    word of the question)."""
+    anchor_repairs: int = 0
+    """Times valid IR with atoms linked to no entity of the question is sent back to the LLM (if no
+    repair anchors them, the first such IR is kept with a warning, as it is at once with 0)."""
     measure_costs: bool | None = None
     """Time the backend's per-token costs once for the lowering; ``None``: only for ``strategy="auto"``."""
     max_question_chars: int = 2000

@@ -1,8 +1,9 @@
 """The IR's generation grammar: what the parser lets a model write (``grammar/nlqo-generate.lark``).
 
 The file holds the line-level rules; this module completes them for one question: atom ids in
-order, at most ``max_atoms`` atoms, at most one relation line between atoms written, constants that
-contain a word of the question, and the keyword ``answer``. The answer line is a second stage:
+order, at most ``max_atoms`` atoms (the first anchored: it names a constant), at most one relation
+line between atoms written, constants that are runs of the question's words (or, with
+``spans=False``, contain a word of the question), and the keyword ``answer``. The answer line is a second stage:
 :func:`answer_grammar` lists only the variables the reply's atoms mention, so a reply that follows
 both stages is valid IR (no context-free grammar can tie the answer to the atoms).
 
@@ -55,14 +56,69 @@ def question_words(question: str) -> set[str]:
     return {w.lower() for w in re.findall(r"[A-Za-z0-9]+", question) if len(w) > 2}
 
 
-def constant_terminal(question: str | None) -> str:
-    """The CONSTANT terminal: a quoted string holding a question word as a whole word, or any
-    quoted string when there is no question or it has no such word.
+_SPAN_WORDS = 12
+"""Words a constant of the span rule may have."""
+_SPAN_CHARS = 80
+"""Characters a constant of the span rule may have."""
+_SPAN_CLOSERS = ")]'’?!."
+"""Characters a span may end on when the question has them right after its last word ("(Film)")."""
+
+
+def question_spans(question: str) -> list[str]:
+    """The constants the span rule allows: runs of up to 12 consecutive words of the question, as
+    written (whitespace runs as one space), with a closing bracket, quote or mark that follows the
+    last word, at least three characters long, longest first.
+
+    >>> question_spans("Who directed Jaws (Film)?")[:3]
+    ['Who directed Jaws (Film)', 'Who directed Jaws (Film', 'directed Jaws (Film)']
+    >>> "Jaws" in question_spans("Who directed Jaws?"), "the Jaws" in question_spans("Who directed Jaws?")
+    (True, False)
+    """
+    words = list(re.finditer(r"\w+", question))
+    spans: set[str] = set()
+    for i, first in enumerate(words):
+        for last in words[i : i + _SPAN_WORDS]:
+            ends = [last.end()]
+            if last.end() < len(question) and question[last.end()] in _SPAN_CLOSERS:
+                ends.append(last.end() + 1)
+            for end in ends:
+                text = re.sub(r"\s+", " ", question[first.start() : end])
+                if 3 <= len(text) <= _SPAN_CHARS and '"' not in text and "\\" not in text and text.isprintable():
+                    spans.add(text)
+    return sorted(spans, key=lambda t: (-len(t), t))
+
+
+def _span_pattern(span: str) -> str:
+    """``span`` as a regex of Lark's (and llguidance's) syntax: letters in either case, a space as
+    one or two, every other character in a class of its own."""
+    out = []
+    for c in span:
+        if c == " ":
+            out.append("[ ]{1,2}")
+        elif c.isalpha() and len(c.upper()) == 1 and len(c.lower()) == 1 and c.upper() != c.lower():
+            out.append(f"[{c.upper()}{c.lower()}]")
+        elif c.isalnum() or ord(c) > 127:
+            out.append(c)
+        else:
+            out.append(f"[\\{c}]" if c in "]\\^-/" else f"[{c}]")
+    return "".join(out)
+
+
+def constant_terminal(question: str | None, *, spans: bool = True) -> str:
+    """The CONSTANT terminal. With ``spans`` (the default) a quoted run of the question's words
+    (:func:`question_spans`, any case); otherwise a quoted string holding a question word as a
+    whole word. Any quoted string when there is no question or it has no such word or run.
 
     >>> pattern = re.compile(constant_terminal("Who directed Jaws?").split("/")[1])
+    >>> [bool(pattern.fullmatch(s)) for s in ('"Jaws"', '"JAWS"', '"directed  Jaws"', '"the jaws"', '"?jaws"', '"Dracula"')]
+    [True, True, True, False, False, False]
+    >>> pattern = re.compile(constant_terminal("Who directed Jaws?", spans=False).split("/")[1])
     >>> [bool(pattern.fullmatch(s)) for s in ('"Jaws"', '"JAWS 2"', '"the jaws"', '"Jawsome"', '"Dracula"')]
     [True, True, True, False, False]
     """
+    runs = question_spans(question or "") if spans else []
+    if runs:
+        return f'CONSTANT: /"(?:{"|".join(_span_pattern(r) for r in runs)})"/'
     words = sorted(question_words(question or ""), key=lambda w: (-len(w), w))
     if not words:
         return f'CONSTANT: /"{_STRING_CHAR}{{1,{_CONSTANT_CHARS}}}"/'
@@ -81,11 +137,12 @@ def _relation(k: int) -> list[str]:
     return [f"rel{k}: " + " | ".join(lines)]
 
 
-def _chain(max_atoms: int, ending: str) -> list[str]:
-    """``start`` and the rules after each atom: the next atom, or a relation line then ``ending``."""
+def _chain(max_atoms: int, ending: str, anchored: bool = True) -> list[str]:
+    """``start`` and the rules after each atom: the next atom, or a relation line then ``ending``.
+    With ``anchored`` the first atom names a constant (the grammar file's ``anchored`` triple)."""
     if max_atoms < 1:
         raise ValueError(f"max_atoms must be at least 1, not {max_atoms}")
-    rules = ['start: "q1 = " triple after1']
+    rules = [f'start: "q1 = " {"anchored" if anchored else "triple"} after1']
     for k in range(1, max_atoms + 1):
         finish = (f"rel{k}? " if k > 1 else "") + ending
         more = f'"q{k + 1} = " triple after{k + 1} | ' if k < max_atoms else ""
@@ -94,16 +151,17 @@ def _chain(max_atoms: int, ending: str) -> list[str]:
     return rules
 
 
-def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None) -> str:
-    """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance)."""
-    return "\n".join([_rules(), *_chain(max_atoms, '"answer"'), constant_terminal(question), ""])
+def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = True, spans: bool = True) -> str:
+    """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance).
+    With ``anchored`` (the default) the first atom names a constant; ``spans``: :func:`constant_terminal`."""
+    return "\n".join([_rules(), *_chain(max_atoms, '"answer"', anchored), constant_terminal(question, spans=spans), ""])
 
 
-def whole_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None) -> str:
+def whole_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = True, spans: bool = True) -> str:
     """One grammar for a whole reply, answer line included, for servers that take a single grammar:
     the answer may name any variable (validation after the fact catches one no atom mentions)."""
     answer = '"answer " VAR' + ' (", " VAR)?' * (MAX_TARGETS - 1)
-    return "\n".join([_rules(), *_chain(max_atoms, answer), constant_terminal(question), ""])
+    return "\n".join([_rules(), *_chain(max_atoms, answer, anchored), constant_terminal(question, spans=spans), ""])
 
 
 _QUOTED = re.compile(r'"[^"]*"')
@@ -144,7 +202,8 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
     True
     """
     words = question_words(question or "")
-    constant = 2 + _UTF8 * (max(_CONSTANT_CHARS, 2 * (_CONTEXT_CHARS + 1)) + max((len(w) for w in words), default=0))
+    longest_word = max((len(w) for w in words), default=0)
+    constant = 2 + _UTF8 * max(_CONSTANT_CHARS + longest_word, 2 * (_CONTEXT_CHARS + 1) + longest_word, 2 * _SPAN_CHARS)
     term = max(_VAR_CHARS, constant)
     digits = len(str(max_atoms))
     atom = len("q = (, , )\n") + digits + 2 * term + _UTF8 * _PREDICATE_CHARS
@@ -153,11 +212,11 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
     return max_atoms * atom + (relation if max_atoms > 1 else 0) + answer
 
 
-def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS) -> Constraint:
+def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = True, spans: bool = True) -> Constraint:
     """The parser's constraint: :func:`generation_grammar`, then :func:`answer_grammar`."""
     return Constraint(
-        generation_grammar(max_atoms, question),
-        name=f"nlqo-generate(max_atoms={max_atoms})",
+        generation_grammar(max_atoms, question, anchored=anchored, spans=spans),
+        name=f"nlqo-generate(max_atoms={max_atoms}{'' if anchored else ', unanchored'}{'' if spans else ', word constants'})",
         then=answer_grammar,
-        whole=whole_grammar(max_atoms, question),
+        whole=whole_grammar(max_atoms, question, anchored=anchored, spans=spans),
     )

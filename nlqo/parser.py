@@ -156,8 +156,49 @@ def check_grounded(query: Query, question: str) -> None:
                 )
 
 
+def unanchored(query: Query) -> tuple[str, ...]:
+    """Ids of atoms linked, through shared variables, to no atom that names a constant.
+
+    Such an atom says nothing about which entity it is about (``?father father of ?child``): its
+    retrieval searches on the predicate alone, and as a hint it only restates the question's shape.
+
+    >>> from nlqo.syntax import parse
+    >>> unanchored(parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer ?city'))
+    ()
+    >>> unanchored(parse('q1 = ("Jaws", "released in", ?y1)\\nq2 = (?film, "released in", ?y2)\\nanswer ?y1, ?y2'))
+    ('q2',)
+    """
+    anchored = {a.id for a in query.atoms if isinstance(a.subject, Const) or isinstance(a.object, Const)}
+    reached = set(anchored)
+    grew = True
+    while grew:
+        names = {v for a in query.atoms if a.id in reached for v in a.variables}
+        linked = {a.id for a in query.atoms if a.variables & names} - reached
+        reached |= linked
+        grew = bool(linked)
+    return tuple(a.id for a in query.atoms if a.id not in reached)
+
+
+def anchor_error(query: Query, ids: tuple[str, ...]) -> str:
+    """The repair message for atoms :func:`unanchored` found."""
+    shown = ", ".join(f"{i} = {query.atom(i).text()}" for i in ids)
+    return (
+        f"{shown}: {'this atom names' if len(ids) == 1 else 'these atoms name'} no entity of the question and "
+        "shares no variable with an atom that does; write the entity each is about as a quoted string from the question"
+    )
+
+
 def parse_question(
-    question: str, llm: LLM, *, repairs: int = 2, cleanup: bool = False, constrained: bool = True, max_atoms: int = MAX_ATOMS
+    question: str,
+    llm: LLM,
+    *,
+    repairs: int = 2,
+    cleanup: bool = False,
+    constrained: bool = True,
+    max_atoms: int = MAX_ATOMS,
+    anchored: bool = True,
+    anchor_repairs: int = 0,
+    spans: bool = True,
 ) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 
@@ -171,6 +212,12 @@ def parse_question(
     repeated atom lines and a last line cut off mid-way are dropped, so a looping model's IR is
     parsed, or repaired, from its useful part. The
     result has the question attached, variables normalised and duplicate atoms merged.
+
+    ``anchored`` makes the constrained reply's first atom name a constant, and ``spans`` its
+    constants runs of the question's words (:func:`~nlqo.ir_grammar.constant_terminal`). Valid IR
+    with atoms linked to no entity of the question (:func:`unanchored`) is sent back at most
+    ``anchor_repairs`` times (default none); if no repair anchors them, the first such IR is kept
+    with a warning (a plan with a loose atom still beats no plan).
     Raises :class:`ParseFailure` showing every attempt and its error.
     """
     usage = Usage()
@@ -178,12 +225,16 @@ def parse_question(
     errors: list[str] = []
     prompt = planning.PARSE
     messages = prompt.messages(question=question)
-    constraint = ir_constraint(question, max_atoms) if constrained and can_constrain(llm) else None
+    constraint = ir_constraint(question, max_atoms, anchored=anchored, spans=spans) if constrained and can_constrain(llm) else None
     # Applied token by token, the grammar ends the reply and bounds its length; a server is given
     # the prompt's budget (servers refuse one beyond their context) and validated after the fact.
     budget = max(prompt.max_tokens, max_reply_bytes(max_atoms, question)) if token_level(llm) else prompt.max_tokens
     mask_ms = decode_ms = 0.0
-    for attempt in range(repairs + 1):
+    left = repairs
+    """Repair calls still allowed; once valid IR with loose atoms is found, only ``anchor_repairs``."""
+    loose: tuple[Query, str] | None = None
+    """The first valid IR with unanchored atoms, and the warning it is kept with."""
+    while True:
         if constraint is None:
             reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         else:
@@ -203,34 +254,44 @@ def parse_question(
             query = parse(text, source="<llm>")
             check_grounded(query, question)
         except (IRSyntaxError, IRSemanticError) as exc:
-            label = exc.label if isinstance(exc, IRSyntaxError) else str(exc)
+            error = exc.label if isinstance(exc, IRSyntaxError) else str(exc)
             errors.append(str(exc))
             if isinstance(exc, IRSyntaxError) and enforced(reply):
                 errors[-1] += f" (a constrained reply, finish: {reply.finish_reason}: syntax errors are not repaired)"
                 break
-            repair = planning.REPAIR
-            messages = repair.messages(question=question, previous=text or reply.text, error=label)
-            prompt = repair
-            continue
-        query = attrs.evolve(query, question=question)
-        program = Program(query)
-        for name, rule in load_rules():
-            if name in ("normalize_variables", "merge_duplicate_atoms"):
-                program = rule(program)
-        return ParseResult(
-            program.query,
-            render(program.query),
-            attempt + 1,
-            usage,
-            program.warnings,
-            constrained=constraint is not None,
-            mask_ms=mask_ms,
-            decode_ms=decode_ms,
-        )
+        else:
+            ids = unanchored(query)
+            if not ids:
+                return _result(query, question, len(attempts), usage, constraint is not None, mask_ms, decode_ms)
+            error = anchor_error(query, ids)
+            errors.append(error)
+            if loose is None:
+                loose, left = (query, f"atoms {', '.join(ids)} name no entity of the question, nor share a variable with an atom that does"), anchor_repairs
+        if left == 0:
+            break
+        left -= 1
+        prompt = planning.REPAIR
+        messages = prompt.messages(question=question, previous=text or reply.text, error=error)
+    if loose is not None:
+        return _result(loose[0], question, len(attempts), usage, constraint is not None, mask_ms, decode_ms, warning=loose[1])
     repeated = len(attempts) > 1 and attempts[-1] == attempts[-2]
     raise ParseFailure(
         f"the LLM did not write valid IR for {question!r} in {len(attempts)} attempts"
         + (" (it repeated itself, so no further repair was asked for)" if repeated else ""),
         attempts=tuple(attempts),
         errors=tuple(errors),
+    )
+
+
+def _result(
+    query: Query, question: str, attempts: int, usage: Usage, constrained: bool, mask_ms: float, decode_ms: float, *, warning: str | None = None
+) -> ParseResult:
+    """The parse result of valid IR: question attached, variables normalised, duplicate atoms merged."""
+    program = Program(attrs.evolve(query, question=question))
+    for name, rule in load_rules():
+        if name in ("normalize_variables", "merge_duplicate_atoms"):
+            program = rule(program)
+    warnings = (warning,) if warning else ()
+    return ParseResult(
+        program.query, render(program.query), attempts, usage, warnings + program.warnings, constrained=constrained, mask_ms=mask_ms, decode_ms=decode_ms
     )

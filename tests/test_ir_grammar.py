@@ -146,11 +146,29 @@ def test_atom_ids_are_in_order_and_bounded_and_relations_name_written_atoms():
             parser.parse(bad)
 
 
-def test_constants_must_hold_a_word_of_the_question():
-    parser = _lark(generation_grammar(1, "Who directed Jaws?"))
-    parser.parse('q1 = (?d, "directed", "the film Jaws")\nanswer')
+def test_constants_are_runs_of_the_question_words_or_hold_one():
+    question = "Which film has the director who died later, Love In A Fallen City (Film) or Mummy'S Boys?"
+    spans = _lark(generation_grammar(1, question))
+    for ok in ("Love In A Fallen City (Film)", "love in a fallen city", "Mummy's Boys", "director who died"):
+        spans.parse(f'q1 = (?d, "directed", "{ok}")\nanswer')
+    for bad in ("the film Love In A Fallen City", "?director", "1947-04-14 Mummy'S Boys", "Dracula"):
+        with pytest.raises(lark.LarkError):
+            spans.parse(f'q1 = (?d, "directed", "{bad}")\nanswer')
+    words = _lark(generation_grammar(1, "Who directed Jaws?", spans=False))
+    words.parse('q1 = (?d, "directed", "the film Jaws")\nanswer')
     with pytest.raises(lark.LarkError):
-        parser.parse('q1 = (?d, "directed", "Dracula")\nanswer')
+        words.parse('q1 = (?d, "directed", "Dracula")\nanswer')
+
+
+def test_the_first_atom_names_a_constant_unless_unanchored():
+    loose = 'q1 = (?d, "directed", ?film)\nq2 = (?d, "directed", "Jaws")\nanswer'
+    anchored = _lark(generation_grammar(2, "Who directed Jaws?"))
+    with pytest.raises(lark.LarkError):
+        anchored.parse(loose)
+    for ok in ('q1 = ("Jaws", "directed by", ?d)\nanswer', 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nanswer'):
+        anchored.parse(ok)
+    _lark(generation_grammar(2, "Who directed Jaws?", anchored=False)).parse(loose)
+    assert ir_constraint("Who directed Jaws?", anchored=False).key() != ir_constraint("Who directed Jaws?").key()
 
 
 def test_the_constraint_carries_both_stages_and_a_single_grammar():

@@ -102,3 +102,64 @@ def test_replies_in_inverts_the_failure_message(replies):
     assume(all("\n>>> " not in r and "--- attempt" not in r for r in replies))
     err = ParseFailure("no IR", attempts=tuple(replies), errors=tuple("e" for _ in replies))
     assert ParseFailure.replies_in(str(err)) == tuple(replies)
+
+
+LOOSE = 'q1 = ("Jaws", "released in", ?year1)\nq2 = (?film, "released in", ?year2)\nanswer ?year1, ?year2'
+ANCHORED = 'q1 = ("Jaws", "released in", ?year1)\nq2 = ("Alien", "released in", ?year2)\nanswer ?year1, ?year2'
+COMPARE = "Which film came out first, Jaws or Alien?"
+
+
+def test_an_atom_linked_to_no_entity_is_sent_back_once_with_its_text():
+    llm = ScriptedLLM([("no entity of the question", ANCHORED), ("Question:", LOOSE)])
+    result = parse_question(COMPARE, llm, anchor_repairs=1)
+    assert result.attempts == 2 and result.warnings == ()
+    assert [a.subject for a in result.query.atoms][1].text == "Alien"
+    assert "q2 = ?film released in ?year2: this atom names no entity of the question" in llm.calls[1]
+
+
+def test_loose_ir_is_kept_with_a_warning_when_the_repair_does_not_anchor_it():
+    still_loose = LOOSE.replace("?film", "?movie")
+    llm = ScriptedLLM([("no entity of the question", still_loose), ("Question:", LOOSE)])
+    result = parse_question(COMPARE, llm, repairs=2, anchor_repairs=1)
+    assert len(llm.calls) == 2  # one anchor repair, not the syntax repairs' budget
+    assert result.attempts == 2
+    assert [str(a.subject) for a in result.query.atoms] == ['"Jaws"', "?film"]  # the first loose IR
+    assert result.warnings[0].startswith("atoms q2 name no entity of the question")
+
+
+def test_a_repair_that_breaks_the_ir_keeps_the_loose_ir():
+    llm = ScriptedLLM([("no entity of the question", "I cannot."), ("Question:", LOOSE)])
+    result = parse_question(COMPARE, llm, anchor_repairs=1)
+    assert len(llm.calls) == 2 and str(result.query.atoms[1].subject) == "?film"
+
+
+def test_by_default_loose_ir_is_kept_at_once_with_a_warning():
+    llm = ScriptedLLM([("Question:", LOOSE)])
+    result = parse_question(COMPARE, llm)
+    assert len(llm.calls) == 1 and result.attempts == 1
+    assert result.warnings == ("atoms q2 name no entity of the question, nor share a variable with an atom that does",)
+
+
+@given(st.lists(st.tuples(st.sampled_from(["?a", "?b", "?c", '"Jaws"']), st.sampled_from(["?a", "?b", "?c", '"Alien"'])), min_size=1, max_size=4))
+def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
+    from nlqo.parser import unanchored
+    from nlqo.syntax import parse
+
+    text = "\n".join(f'q{i} = ({s}, "p{i}", {o})' for i, (s, o) in enumerate(pairs, 1))
+    variables = [t for pair in pairs for t in pair if t.startswith("?")]
+    query = parse(text + "\nanswer " + (variables[0] if variables else "q1"))
+    loose = set(unanchored(query))
+    # independently: union-find over atoms sharing a variable; loose = components without a constant
+    parent = list(range(len(pairs)))
+
+    def root(i):
+        while parent[i] != i:
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(pairs):
+        for j, b in enumerate(pairs):
+            if {t for t in a if t.startswith("?")} & {t for t in b if t.startswith("?")}:
+                parent[root(i)] = root(j)
+    anchored_roots = {root(i) for i, (s, o) in enumerate(pairs) if not (s.startswith("?") and o.startswith("?"))}
+    assert loose == {f"q{i + 1}" for i in range(len(pairs)) if root(i) not in anchored_roots}

@@ -49,10 +49,13 @@ def on_off(text: str) -> bool:
 
 
 def add_constrained_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--constrained on|off`` and ``--parse-atoms``: how the question is parsed (docs/ir.md)."""
+    """``--constrained on|off``, ``--parse-atoms``, ``--anchored on|off``, ``--span-constants on|off`` and ``--anchor-repairs``: how the question is parsed (docs/ir.md)."""
     base = EngineConfig()
     parser.add_argument("--constrained", type=on_off, default=None, metavar="on|off", help="parsing: constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by construction; off asks freely and repairs after the fact (default: on)")
     parser.add_argument("--parse-atoms", type=int, default=None, metavar="N", help=f"parsing: atoms a constrained reply may write (default: {base.parse_atoms})")
+    parser.add_argument("--anchored", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's first atom names an entity of the question (default: on)")
+    parser.add_argument("--span-constants", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's constants are runs of the question's words; off: strings containing a word of the question (default: on)")
+    parser.add_argument("--anchor-repairs", type=int, default=None, metavar="N", help=f"parsing: times IR whose atoms are linked to no entity of the question is sent back (default: {base.anchor_repairs}; if no repair anchors them, the IR is kept with a warning)")
 
 
 def add_runtime_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -152,6 +155,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             repairs=opt("repairs", base.repairs),  # type: ignore[arg-type]
             constrained=opt("constrained", base.constrained),  # type: ignore[arg-type]
             parse_atoms=opt("parse_atoms", base.parse_atoms),  # type: ignore[arg-type]
+            anchored=opt("anchored", base.anchored),  # type: ignore[arg-type]
+            span_constants=opt("span_constants", base.span_constants),  # type: ignore[arg-type]
+            anchor_repairs=opt("anchor_repairs", base.anchor_repairs),  # type: ignore[arg-type]
             max_question_chars=opt("max_question_chars", base.max_question_chars),  # type: ignore[arg-type]
         )
     except ValueError as exc:

@@ -32,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     config = common.config_from_args(args)
     llm = load_model(config)
     result = parse_question(
-        args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=config.constrained, max_atoms=config.parse_atoms
+        args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=config.constrained, max_atoms=config.parse_atoms,
+        anchored=config.anchored, anchor_repairs=config.anchor_repairs, spans=config.span_constants,
     )
     sys.stdout.write(result.text)
     for w in result.warnings:

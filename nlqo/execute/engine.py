@@ -62,7 +62,7 @@ class Engine:
     profile: BackendProfile = BackendProfile()
     config: EngineConfig = EngineConfig()
     """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
-    parse (``repairs``, ``constrained``, ``parse_atoms``) and the limits are read from it."""
+    parse (``repairs``, ``constrained``, ``parse_atoms``, ``anchored``, ``span_constants``, ``anchor_repairs``) and the limits are read from it."""
 
     @classmethod
     def from_config(
@@ -106,6 +106,9 @@ class Engine:
                 cleanup=self.config.ir_cleanup,
                 constrained=self.config.constrained,
                 max_atoms=self.config.parse_atoms,
+                anchored=self.config.anchored,
+                anchor_repairs=self.config.anchor_repairs,
+                spans=self.config.span_constants,
             )
         except ParseFailure as exc:
             trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at, note="no valid IR: the linear template runs instead"))
