@@ -9,8 +9,9 @@ question); how many of the tree's leaves name no entity (subject and object both
 has only the predicate to go on); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
 many runs that retrieved every gold passage still answered wrong, and how many answers to a
 comparison question (the question file's type, when run.json's file is at hand) name none of the
-things the question names; how many answers were asked again among a choice question's options
-(held: the new answer names one; right: and is right); and the linear
+things the question names; how many answers to a choice question the run's own text linked to one
+option (right: and it is right), and how many were asked again among the options (held: the new
+answer names one; right: and is right); and the linear
 template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
 another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
 count with their strategy.
@@ -135,8 +136,12 @@ def findings(folder: Path) -> None:
     asked = Counter(r["strategy"] for r in choices)
     last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
     held: dict[str, list[float]] = {}
+    linked: dict[str, list[float]] = {}
     for r in records:
-        if any(s["node"] == CHOICE_NODE for s in r["trace"]):
+        steps = [s for s in r["trace"] if s["node"] == CHOICE_NODE]
+        if steps and steps[-1]["kind"] == "stop":
+            linked.setdefault(r["strategy"], []).append(float(r["em"]))
+        elif steps:
             held.setdefault(r["strategy"], []).append(float(r["em"]) if r["stop_reason"].endswith(HELD) else -1.0)
     linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
@@ -149,6 +154,7 @@ def findings(folder: Path) -> None:
     print(f"  tree leaves naming no entity (subject and object variables): {len(bare)} of {len(leaves)}" + (f", e.g. {' '.join(bare[0])}" if bare else ""))
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
+    print("  choice answers linked to one option by the run's text: " + (", ".join(f"{n} {len(v)} (right {v.count(1.0)})" for n, v in linked.items()) or "none"))
     print("  choice answers asked again among the options: " + (", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items()) or "none"))
     print("  every gold passage retrieved, answered wrong: " + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs"))
     if types:

@@ -51,6 +51,14 @@ def test_options_are_read_from_the_comma_form_only(question, options):
     assert offered_options(question) == options
 
 
+def test_an_answer_named_with_both_options_links_neither():
+    from nlqo.execute.choice import linked_options
+
+    texts = ["Jaws and Alien were both scored by John Williams? Jaws was; Alien was scored by Jerry Goldsmith."]
+    assert linked_options("John Williams", ["Jaws", "Alien"], texts) == ["Jaws", "Alien"]
+    assert linked_options("Jerry Goldsmith", ["Jaws", "Alien"], ["Alien: Jerry Goldsmith", "Jaws"]) == ["Alien"]
+
+
 def test_an_answer_names_an_option_by_its_words_whatever_the_form():
     options = ["Joseph L. Mankiewicz", "Tony Kaye"]
     assert named_options("Joseph Leo Mankiewicz", options) == ["Joseph L. Mankiewicz"]
@@ -76,13 +84,23 @@ def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_ex
     assert (asked, polar) == (169 + 36, 36)
 
 
-def test_an_answer_naming_no_option_is_asked_again_among_the_options_over_the_runs_passages():
-    llm = template_llm(" Steven Spielberg", "Jaws")
+def test_an_answer_the_runs_text_links_to_one_option_becomes_that_option_without_a_call():
+    llm = template_llm(" Steven Spielberg", "Alien")  # the evidence: "Jaws is a 1975 film directed by Steven Spielberg."
+    result = engine(llm).ask(QUESTION)
+    assert result.answer == "Jaws" and result.stop_reason.endswith(f"; {HELD}")
+    assert not any("Answer the question from the contexts" in c for c in llm.calls)
+    last = result.trace[-1]
+    assert (last.node, last.kind, last.text) == (CHOICE_NODE, "stop", "Jaws")
+    assert last.note == "the answer 'Steven Spielberg' named no option; the run's own text names it with 'Jaws' only"
+
+
+def test_an_answer_linked_to_no_option_is_asked_again_among_the_options_over_the_runs_passages():
+    llm = template_llm(" Ridley Scott", "Jaws")
     result = engine(llm).ask(QUESTION)
     assert result.answer == "Jaws" and result.stop_reason.endswith(f"; {HELD}")
     last = result.trace[-1]
     assert result.execution_ms >= last.started_ms + last.wall_ms  # the extra call counts as execution
-    assert last.node == CHOICE_NODE and "'Steven Spielberg' named no option" in last.note and "Jaws | Alien" in last.note
+    assert last.node == CHOICE_NODE and "'Ridley Scott' named no option" in last.note and "Jaws | Alien" in last.note
     retrieved = {p.title for s in result.trace if s.kind == "retrieve" for p in s.passages}
     assert retrieved and all(title in llm.calls[-1] for title in retrieved)
 
@@ -95,8 +113,8 @@ def test_an_answer_naming_one_option_costs_no_extra_call():
 
 
 def test_a_reply_that_still_names_no_option_leaves_the_answer_and_shows_the_try():
-    result = engine(template_llm(" Steven Spielberg", "1975")).ask(QUESTION)
-    assert result.answer == "Steven Spielberg" and HELD not in result.stop_reason
+    result = engine(template_llm(" Ridley Scott", "1975")).ask(QUESTION)
+    assert result.answer == "Ridley Scott" and HELD not in result.stop_reason
     assert result.trace[-1].node == CHOICE_NODE and result.trace[-1].text == "1975"
 
 

@@ -7,6 +7,12 @@ options, over the passages the run retrieved. Two forms are recognised: ``<wh-wo
 (the comma bounds the options; it is how the multi-hop data sets ask), and a polar question
 (``Are both films American?``: an auxiliary verb first, no ``or`` and no ``which``, ``what``,
 ``who`` or ``how``, so ``Will Smith starred in which film?`` is not one), whose options are yes and no.
+
+Before asking again, the run's own text is read: an answer that is the bridge entity or the value
+(``Carl Boese`` for "Which film has the director who died earlier, Payment On Demand or My Cousin
+From Warsaw?") is usually named, in one node or hop, together with the option it belongs to (``the
+film My Cousin from Warsaw was directed by Carl Boese.``); when exactly one option is so linked,
+it is the answer, without another call (:func:`linked_options`).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from typing import Sequence
 import attrs
 
 from nlqo.execute.fallback import ask_again
-from nlqo.execute.trace import PassageRef, RunResult, Trace
+from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StepKind
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import choice
 
@@ -78,6 +85,33 @@ def named_options(answer: str, options: Sequence[str]) -> list[str]:
     return [o for o in options if (w := _words(o)) and (w <= said or said <= w)]
 
 
+def node_texts(steps: Sequence[Step]) -> list[str]:
+    """What a run wrote and searched, one text per node or hop (its questions, queries and
+    answers joined); the parse, relation and choice steps left out, as they restate the question."""
+    texts: dict[str, list[str]] = {}
+    for step in steps:
+        if step.kind != StepKind.STOP and step.text and step.node not in ("parse", "relations", CHOICE_NODE):
+            texts.setdefault(step.node, []).append(step.text)
+    return [" ".join(parts) for parts in texts.values()]
+
+
+def linked_options(answer: str, options: Sequence[str], texts: Sequence[str]) -> list[str]:
+    """The options that some text names together with every word of ``answer``.
+
+    >>> texts = ["Who directed Payment On Demand? Payment on Demand was directed by Curtis Bernhardt.",
+    ...          "Who directed My Cousin From Warsaw? the film My Cousin from Warsaw was directed by Carl Boese.",
+    ...          "Who died earlier? Carl Boese died on July 6, 1958."]
+    >>> linked_options("Carl Boese", ["Payment On Demand", "My Cousin From Warsaw"], texts)
+    ['My Cousin From Warsaw']
+    >>> linked_options("1958", ["Payment On Demand", "My Cousin From Warsaw"], texts)
+    []
+    """
+    said = _words(answer)
+    if not said:
+        return []
+    return [o for o in options if any(said <= (words := _words(t)) and _words(o) <= words for t in texts)]
+
+
 def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[PassageRef]:
     """The first ``limit`` distinct passages (with texts) the run retrieved, in retrieval order."""
     seen: dict[str, PassageRef] = {}
@@ -89,15 +123,22 @@ def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[Pass
 
 def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, limit: int = MAX_PASSAGES) -> RunResult:
     """``result`` itself unless its question offers options and its answer names none or both;
-    then the answer asked again among the options (:func:`choose`), kept when it names exactly one."""
+    then the one option the run's text links the answer to (:func:`linked_options`, for a
+    question naming its options), else the answer asked again among the options, kept when it
+    names exactly one."""
     options = offered_options(result.question)
     named = named_options(result.answer, options)
     if not options or len(named) == 1:
         return result
+    trace = trace or Trace(list(result.trace))
+    linked = linked_options(result.answer, options, node_texts(result.trace)) if options != YES_NO and not named else []
+    if len(linked) == 1:
+        note = f"the answer {result.answer!r} named no option; the run's own text names it with {linked[0]!r} only"
+        trace.record(Step(node=CHOICE_NODE, kind=StepKind.STOP, text=linked[0], started_ms=trace.now_ms(), note=note))
+        return attrs.evolve(result, answer=linked[0], trace=trace.freeze(), stop_reason=f"{result.stop_reason}; {HELD}")
     refs = distinct_passages(result, limit)
     if not refs:
         return result
-    trace = trace or Trace(list(result.trace))
     note = f"the answer {result.answer!r} named {'both options' if named else 'no option'}: asked again among {' | '.join(options)}"
     answer = ask_again(llm, result.question, refs, choice(options, name="options"), trace, CHOICE_NODE, note)
     if len(named_options(answer, options)) != 1:
