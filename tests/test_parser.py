@@ -163,3 +163,16 @@ def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
                 parent[root(i)] = root(j)
     anchored_roots = {root(i) for i, (s, o) in enumerate(pairs) if not (s.startswith("?") and o.startswith("?"))}
     assert loose == {f"q{i + 1}" for i in range(len(pairs)) if root(i) not in anchored_roots}
+
+
+def test_explain_shows_the_warning_of_a_loose_atom():
+    from nlqo.config import EngineConfig
+    from nlqo.execute.engine import Engine
+    from nlqo.explain import text as explain
+    from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
+
+    llm = ScriptedLLM([("nlqo IR", LOOSE)], default=lambda prompt: "none")
+    config = EngineConfig(cost_model="structural", strategy="tree", measure_costs=False)
+    engine = Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    plan = engine.plan(COMPARE).plan
+    assert "Warning: atoms q2 name no entity of the question, nor share a variable with an atom that does" in explain(plan)
