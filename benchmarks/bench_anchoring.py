@@ -5,12 +5,12 @@ predicate alone. Every question of the first ``--limit`` of each shared dev set 
 generation grammar, in four modes by the same model:
 
 - ``unanchored``: any atom may be all variables, and a constant is any string holding a word of
-  the question (before anchoring: ``anchored=False, spans=False``);
+  the question (``anchored=False, spans=False``: the default);
 - ``first-atom``: the grammar makes the first atom name a constant (``anchored=True, spans=False``);
 - ``first-atom+repair``: that, and IR with atoms linked to no constant is sent back once
   (``anchor_repairs=1``);
 - ``first-atom+spans``: the first atom anchored, and constants are runs of the question's words
-  (``anchored=True, spans=True``: the default).
+  (``anchored=True, spans=True``).
 
 Per parse it records the final IR, its atoms linked to no constant (``nlqo.parser.unanchored``),
 the LLM calls, tokens generated and seconds; the summary also counts constants that are not in the

@@ -37,6 +37,8 @@ def compare(folder: Path, strategy: str) -> None:
         run = [r for r in map(json.loads, (RUNS / path.stem / "records.jsonl").open()) if r["strategy"] == strategy]
         old = {r["qid"]: r for r in run if r["qid"] in new}
         n = len(new)
+        if not n:
+            continue
         em_old, em_new = sum(r["em"] for r in old.values()), sum(r["em"] for r in new.values())
         whole_old = 100 * sum(r["em"] for r in run) / len(run)
         whole_new = 100 * (sum(r["em"] for r in run) - em_old + em_new) / len(run)

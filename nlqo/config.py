@@ -115,11 +115,12 @@ class EngineConfig:
     apply one (docs/ir.md: constrained parsing); off asks freely and repairs after the fact."""
     parse_atoms: int = MAX_ATOMS
     """Atoms a constrained parse may write."""
-    anchored: bool = True
-    """A constrained parse's first atom names a constant of the question (the generation grammar)."""
-    span_constants: bool = True
+    anchored: bool = False
+    """A constrained parse's first atom names a constant of the question (the generation grammar;
+    measured, not kept: docs/ir.md, anchoring)."""
+    span_constants: bool = False
     """A constrained parse's constants are runs of the question's words (off: strings containing a
-    word of the question)."""
+    word of the question; measured with ``anchored``, not kept)."""
     anchor_repairs: int = 0
     """Times valid IR with atoms linked to no entity of the question is sent back to the LLM (if no
     repair anchors them, the first such IR is kept with a warning, as it is at once with 0)."""

@@ -1,9 +1,9 @@
 """The IR's generation grammar: what the parser lets a model write (``grammar/nlqo-generate.lark``).
 
 The file holds the line-level rules; this module completes them for one question: atom ids in
-order, at most ``max_atoms`` atoms (the first anchored: it names a constant), at most one relation
-line between atoms written, constants that are runs of the question's words (or, with
-``spans=False``, contain a word of the question), and the keyword ``answer``. The answer line is a second stage:
+order, at most ``max_atoms`` atoms, at most one relation line between atoms written, constants
+that contain a word of the question, and the keyword ``answer``; optionally (``anchored``) the
+first atom names a constant and (``spans``) constants are runs of the question's words. The answer line is a second stage:
 :func:`answer_grammar` lists only the variables the reply's atoms mention, so a reply that follows
 both stages is valid IR (no context-free grammar can tie the answer to the atoms).
 
@@ -104,15 +104,15 @@ def _span_pattern(span: str) -> str:
     return "".join(out)
 
 
-def constant_terminal(question: str | None, *, spans: bool = True) -> str:
-    """The CONSTANT terminal. With ``spans`` (the default) a quoted run of the question's words
-    (:func:`question_spans`, any case); otherwise a quoted string holding a question word as a
-    whole word. Any quoted string when there is no question or it has no such word or run.
+def constant_terminal(question: str | None, *, spans: bool = False) -> str:
+    """The CONSTANT terminal: a quoted string holding a question word as a whole word, or with
+    ``spans`` a quoted run of the question's words (:func:`question_spans`, any case). Any quoted
+    string when there is no question or it has no such word or run.
 
-    >>> pattern = re.compile(constant_terminal("Who directed Jaws?").split("/")[1])
+    >>> pattern = re.compile(constant_terminal("Who directed Jaws?", spans=True).split("/")[1])
     >>> [bool(pattern.fullmatch(s)) for s in ('"Jaws"', '"JAWS"', '"directed  Jaws"', '"the jaws"', '"?jaws"', '"Dracula"')]
     [True, True, True, False, False, False]
-    >>> pattern = re.compile(constant_terminal("Who directed Jaws?", spans=False).split("/")[1])
+    >>> pattern = re.compile(constant_terminal("Who directed Jaws?").split("/")[1])
     >>> [bool(pattern.fullmatch(s)) for s in ('"Jaws"', '"JAWS 2"', '"the jaws"', '"Jawsome"', '"Dracula"')]
     [True, True, True, False, False]
     """
@@ -137,7 +137,7 @@ def _relation(k: int) -> list[str]:
     return [f"rel{k}: " + " | ".join(lines)]
 
 
-def _chain(max_atoms: int, ending: str, anchored: bool = True) -> list[str]:
+def _chain(max_atoms: int, ending: str, anchored: bool = False) -> list[str]:
     """``start`` and the rules after each atom: the next atom, or a relation line then ``ending``.
     With ``anchored`` the first atom names a constant (the grammar file's ``anchored`` triple)."""
     if max_atoms < 1:
@@ -151,13 +151,13 @@ def _chain(max_atoms: int, ending: str, anchored: bool = True) -> list[str]:
     return rules
 
 
-def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = True, spans: bool = True) -> str:
+def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False) -> str:
     """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance).
-    With ``anchored`` (the default) the first atom names a constant; ``spans``: :func:`constant_terminal`."""
+    With ``anchored`` the first atom names a constant; ``spans``: :func:`constant_terminal`."""
     return "\n".join([_rules(), *_chain(max_atoms, '"answer"', anchored), constant_terminal(question, spans=spans), ""])
 
 
-def whole_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = True, spans: bool = True) -> str:
+def whole_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False) -> str:
     """One grammar for a whole reply, answer line included, for servers that take a single grammar:
     the answer may name any variable (validation after the fact catches one no atom mentions)."""
     answer = '"answer " VAR' + ' (", " VAR)?' * (MAX_TARGETS - 1)
@@ -212,11 +212,11 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
     return max_atoms * atom + (relation if max_atoms > 1 else 0) + answer
 
 
-def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = True, spans: bool = True) -> Constraint:
+def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = False, spans: bool = False) -> Constraint:
     """The parser's constraint: :func:`generation_grammar`, then :func:`answer_grammar`."""
     return Constraint(
         generation_grammar(max_atoms, question, anchored=anchored, spans=spans),
-        name=f"nlqo-generate(max_atoms={max_atoms}{'' if anchored else ', unanchored'}{'' if spans else ', word constants'})",
+        name=f"nlqo-generate(max_atoms={max_atoms}{', anchored' if anchored else ''}{', span constants' if spans else ''})",
         then=answer_grammar,
         whole=whole_grammar(max_atoms, question, anchored=anchored, spans=spans),
     )

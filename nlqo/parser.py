@@ -196,9 +196,9 @@ def parse_question(
     cleanup: bool = False,
     constrained: bool = True,
     max_atoms: int = MAX_ATOMS,
-    anchored: bool = True,
+    anchored: bool = False,
     anchor_repairs: int = 0,
-    spans: bool = True,
+    spans: bool = False,
 ) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 
@@ -214,7 +214,8 @@ def parse_question(
     result has the question attached, variables normalised and duplicate atoms merged.
 
     ``anchored`` makes the constrained reply's first atom name a constant, and ``spans`` its
-    constants runs of the question's words (:func:`~nlqo.ir_grammar.constant_terminal`). Valid IR
+    constants runs of the question's words (:func:`~nlqo.ir_grammar.constant_terminal`); both are
+    off by default (measured, not kept: docs/ir.md). Valid IR
     with atoms linked to no entity of the question (:func:`unanchored`) is sent back at most
     ``anchor_repairs`` times (default none); if no repair anchors them, the first such IR is kept
     with a warning (a plan with a loose atom still beats no plan).

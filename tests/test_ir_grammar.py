@@ -148,13 +148,13 @@ def test_atom_ids_are_in_order_and_bounded_and_relations_name_written_atoms():
 
 def test_constants_are_runs_of_the_question_words_or_hold_one():
     question = "Which film has the director who died later, Love In A Fallen City (Film) or Mummy'S Boys?"
-    spans = _lark(generation_grammar(1, question))
+    spans = _lark(generation_grammar(1, question, spans=True))
     for ok in ("Love In A Fallen City (Film)", "love in a fallen city", "Mummy's Boys", "director who died"):
         spans.parse(f'q1 = (?d, "directed", "{ok}")\nanswer')
     for bad in ("the film Love In A Fallen City", "?director", "1947-04-14 Mummy'S Boys", "Dracula"):
         with pytest.raises(lark.LarkError):
             spans.parse(f'q1 = (?d, "directed", "{bad}")\nanswer')
-    words = _lark(generation_grammar(1, "Who directed Jaws?", spans=False))
+    words = _lark(generation_grammar(1, "Who directed Jaws?"))
     words.parse('q1 = (?d, "directed", "the film Jaws")\nanswer')
     with pytest.raises(lark.LarkError):
         words.parse('q1 = (?d, "directed", "Dracula")\nanswer')
@@ -162,13 +162,13 @@ def test_constants_are_runs_of_the_question_words_or_hold_one():
 
 def test_the_first_atom_names_a_constant_unless_unanchored():
     loose = 'q1 = (?d, "directed", ?film)\nq2 = (?d, "directed", "Jaws")\nanswer'
-    anchored = _lark(generation_grammar(2, "Who directed Jaws?"))
+    anchored = _lark(generation_grammar(2, "Who directed Jaws?", anchored=True))
     with pytest.raises(lark.LarkError):
         anchored.parse(loose)
     for ok in ('q1 = ("Jaws", "directed by", ?d)\nanswer', 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nanswer'):
         anchored.parse(ok)
-    _lark(generation_grammar(2, "Who directed Jaws?", anchored=False)).parse(loose)
-    assert ir_constraint("Who directed Jaws?", anchored=False).key() != ir_constraint("Who directed Jaws?").key()
+    _lark(generation_grammar(2, "Who directed Jaws?")).parse(loose)
+    assert ir_constraint("Who directed Jaws?", anchored=True).key() != ir_constraint("Who directed Jaws?").key()
 
 
 def test_the_constraint_carries_both_stages_and_a_single_grammar():

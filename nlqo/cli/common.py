@@ -53,8 +53,8 @@ def add_constrained_options(parser: argparse.ArgumentParser | argparse._Argument
     base = EngineConfig()
     parser.add_argument("--constrained", type=on_off, default=None, metavar="on|off", help="parsing: constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by construction; off asks freely and repairs after the fact (default: on)")
     parser.add_argument("--parse-atoms", type=int, default=None, metavar="N", help=f"parsing: atoms a constrained reply may write (default: {base.parse_atoms})")
-    parser.add_argument("--anchored", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's first atom names an entity of the question (default: on)")
-    parser.add_argument("--span-constants", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's constants are runs of the question's words; off: strings containing a word of the question (default: on)")
+    parser.add_argument("--anchored", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's first atom names an entity of the question (default: off; docs/ir.md)")
+    parser.add_argument("--span-constants", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's constants are runs of the question's words; off: strings containing a word of the question (default: off)")
     parser.add_argument("--anchor-repairs", type=int, default=None, metavar="N", help=f"parsing: times IR whose atoms are linked to no entity of the question is sent back (default: {base.anchor_repairs}; if no repair anchors them, the IR is kept with a warning)")
 
 
