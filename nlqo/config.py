@@ -139,7 +139,7 @@ class EngineConfig:
         >>> EngineConfig().with_options(speed=2)
         Traceback (most recent call last):
         ...
-        nlqo.errors.ConfigError: unknown engine option 'speed' (options: alpha, beam, budget, ...)
+        nlqo.errors.ConfigError: unknown engine option 'speed' (options: alpha, anchor_repairs, anchored, ...)
         """
         changes: dict[str, Any] = {}
         params = self.param_dict
