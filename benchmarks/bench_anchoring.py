@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -38,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nlqo.eval.records import read_records  # noqa: E402
 
-from _report import write_block  # noqa: E402
+from _report import append_record, paired_by_set, write_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -92,10 +91,7 @@ def run(args, llm) -> None:
                 if (name, question.id, mode) in done:
                     continue
                 record = {"set": name, "index": i, **parse_one(handles[mode], question, mode)}
-                with open(path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                append_record(path, record)
                 print(f"[{name} {i + 1}/{len(questions)}] {mode:10} loose={record['loose']} calls={record['llm_calls']} {record['seconds']:5.1f} s", file=sys.stderr, flush=True)
 
 
@@ -132,13 +128,8 @@ def _row(records: list[dict]) -> dict:
 
 def summarize(args, records: list[dict]) -> dict:
     """Per set and overall, per mode, over the questions parsed in every mode."""
-    by = {(r["set"], r["qid"], r["mode"]): r for r in records}
-    paired = {(s, q) for s, q, _ in by if all((s, q, m) in by for m in MODES)}
-    summary: dict = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": args.model, "sets": {}}
-    for name in [*args.sets, "all"]:
-        keys = sorted(k for k in paired if name in ("all", k[0]))
-        if keys:
-            summary["sets"][name] = {mode: _row([by[(s, q, mode)] for s, q in keys]) for mode in MODES}
+    summary = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "model": args.model}
+    summary["sets"] = paired_by_set(records, args.sets, MODES, _row)
     return summary
 
 

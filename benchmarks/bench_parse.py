@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from nlqo.eval.records import read_records  # noqa: E402  (a torn last line is cut off: that run goes again)
 
-from _report import write_block  # noqa: E402
+from _report import append_record, paired_by_set, write_block  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -103,10 +103,7 @@ def run(args, llm) -> None:
                 if (name, question.id, mode) in done:
                     continue
                 record = {"set": name, "index": i, **parse_one(handles[mode], question, mode, repairs=args.repairs, max_atoms=args.parse_atoms)}
-                with open(path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(record, ensure_ascii=False) + "\n")
-                    f.flush()
-                    os.fsync(f.fileno())
+                append_record(path, record)
                 print(
                     f"[{name} {i + 1}/{len(questions)}] {mode:13} valid={record['valid']!s:5} first={record['valid_first']!s:5} "
                     f"gen={record['generated_tokens']:4} forced={record['forced_tokens']:4} {record['seconds']:6.1f} s",
@@ -137,13 +134,8 @@ def _row(records: list[dict]) -> dict:
 
 def summarize(args, records: list[dict]) -> dict:
     """Per set and overall, per mode, over the questions parsed in both modes."""
-    by = {(r["set"], r["qid"], r["mode"]): r for r in records}
-    paired = {(s, q) for s, q, _ in by if all((s, q, m) in by for m in MODES)}
-    summary = {"date": now(), "model": args.model, "runtime": args.runtime, "threads": args.threads, "repairs": args.repairs, "parse_atoms": args.parse_atoms, "sets": {}}
-    for name in [*args.sets, "all"]:
-        keys = sorted(k for k in paired if name in ("all", k[0]))
-        if keys:
-            summary["sets"][name] = {mode: _row([by[(s, q, mode)] for s, q in keys]) for mode in MODES}
+    meta = {"date": now(), "model": args.model, "runtime": args.runtime, "threads": args.threads, "repairs": args.repairs, "parse_atoms": args.parse_atoms}
+    summary = {**meta, "sets": paired_by_set(records, args.sets, MODES, _row)}
     return summary
 
 
