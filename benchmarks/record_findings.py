@@ -47,10 +47,15 @@ def words(text: str) -> list[str]:
     return re.findall(r"\w+", text.lower())
 
 
+def is_terminator_stop(step: dict) -> bool:
+    """A hop's stop step (the terminator's), not the choice step's (also kind ``stop``)."""
+    return step["kind"] == "stop" and step["node"].startswith("hop-")
+
+
 def stop_cause(record: dict) -> str:
     """What the linear template's last proposed sub-question repeated when the terminator stopped it."""
     steps = record["trace"]
-    stops = [i for i, step in enumerate(steps) if step["kind"] == "stop"]
+    stops = [i for i, step in enumerate(steps) if is_terminator_stop(step)]
     if not stops:
         return record["stop_reason"]
     proposed = words(steps[stops[0] - 1]["text"])
@@ -146,7 +151,7 @@ def findings(folder: Path) -> None:
     linear = [r for r in records if base(r) == "linear"]
     hops = Counter(r["hops"] for r in linear)
     causes = Counter(stop_cause(r) for r in linear)
-    scores = [s["terminator_score"] for r in linear for s in r["trace"] if s["kind"] == "stop"]
+    scores = [s["terminator_score"] for r in linear for s in r["trace"] if is_terminator_stop(s)]
     print(f"{folder.name}: {len({r['qid'] for r in records})} questions with records")
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
