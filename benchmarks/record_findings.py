@@ -13,7 +13,9 @@ things the question names; how many answers to a choice question the run's own t
 option (right: and it is right), and how many were asked again among the options (held: the new
 answer names one; right: and is right); and the linear
 template's hop counts, what it repeated when the terminator stopped it, and how many of its runs
-another threshold (tau 0.8 or 0.9) could change at all. Variants (``tree[tree_queries=rewrite]``)
+another threshold (tau 0.8 or 0.9) could change at all; per strategy, where its LLM seconds go
+(seconds, calls and tokens per kind of call), and how often tree's and auto's parse call found its
+scaffold in the prefix cache. Variants (``tree[tree_queries=rewrite]``)
 count with their strategy.
 """
 
@@ -103,6 +105,46 @@ def base(record: dict) -> str:
     return record["strategy"].split("[")[0]
 
 
+def call_kind(node: str) -> str:
+    """A trace node as a kind of call: ``hop-2`` -> ``hop-#``, ``q3`` -> ``q#``."""
+    return re.sub(r"\d+", "#", node)
+
+
+def seconds_by_call(records: list[dict]) -> dict[str, list[str]]:
+    """Per strategy, where its LLM seconds go: for each kind of call (largest first), seconds per
+    question, calls per question and the prompt tokens computed and tokens generated per call.
+    The tree's sibling nodes run at once, so its calls' seconds add up to more than its wall time."""
+    out: dict[str, list[str]] = {}
+    for name in sorted({base(r) for r in records}):
+        runs = [r for r in records if base(r) == name]
+        calls: dict[str, list[dict]] = {}
+        for r in runs:
+            for step in r["trace"]:
+                if step["kind"] == "llm" and step["prompt_tokens"]:
+                    calls.setdefault(call_kind(step["node"]), []).append(step)
+        rows = sorted(calls.items(), key=lambda kv: -sum(s["wall_ms"] for s in kv[1]))
+        out[name] = [
+            f"{kind} {sum(s['wall_ms'] for s in steps) / 1000 / len(runs):.1f} s "
+            f"({len(steps) / len(runs):.1f} calls, {sum(s['prompt_tokens'] - s['cached_prompt_tokens'] for s in steps) // len(steps)} computed"
+            f" + {sum(s['generated_tokens'] for s in steps) // len(steps)} generated tokens each)"
+            for kind, steps in rows
+        ]
+    return out
+
+
+def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, float, float]:
+    """How often ``strategy``'s parse call found its prompt's scaffold in the prefix cache (more than
+    half the prompt cached): hits, calls, and the mean seconds of a hit and of a miss."""
+    hits, misses = [], []
+    for r in records:
+        if base(r) == strategy:
+            for step in r["trace"]:
+                if step["node"] == "parse" and step["kind"] == "llm" and step["prompt_tokens"]:
+                    (hits if 2 * step["cached_prompt_tokens"] > step["prompt_tokens"] else misses).append(step["wall_ms"] / 1000)
+    mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
+    return len(hits), len(hits) + len(misses), mean(hits), mean(misses)
+
+
 def findings(folder: Path) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     failures = [r for r in records if base(r) in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
@@ -167,6 +209,12 @@ def findings(folder: Path) -> None:
     print(f"  linear hops: {dict(sorted(hops.items()))}")
     print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
     print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))
+    for name, rows in seconds_by_call(records).items():
+        print(f"  {name} LLM seconds per question by call: " + "; ".join(rows))
+    for name in ("tree", "auto"):
+        hits, n, hit_s, miss_s = parse_prefix_hits(records, name)
+        if n:
+            print(f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not)")
 
 
 def main(argv: list[str]) -> int:
