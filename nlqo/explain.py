@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+import attrs
+
 from nlqo.cost import CostContext, CostModel
 from nlqo.ir import Const, Var
 from nlqo.plan import ROOT, Cost, Plan
@@ -120,6 +122,7 @@ def to_dict(
         "stats": {
             "planning_ms": s.planning_ms,
             "llm_calls": s.llm_calls,
+            "llm_usage": attrs.asdict(s.llm_usage),
             "cache_hits": s.cache_hits,
             "subsets": s.subsets,
             "pairs": s.pairs,

@@ -13,6 +13,7 @@ from typing import Iterator, Mapping
 import attrs
 
 from nlqo.ir import Atom, Query, Var
+from nlqo.llm.base import Usage
 
 ROOT = "$root"
 """Id of the synthetic root node (not a valid atom id, so it never collides)."""
@@ -118,6 +119,8 @@ class SearchStats:
     budget, the beam cut nothing, and every metric of the cost is declared structural."""
     inexact_because: tuple[str, ...] = ()
     """Why ``exact`` is false, in words."""
+    llm_usage: Usage = Usage()
+    """Tokens and time of the ``llm_calls`` (relation classifications and merge checks)."""
 
 
 @attrs.frozen

@@ -359,6 +359,34 @@ def test_lowering_picks_the_cheaper_estimate_and_more_concurrency_never_slows_th
     assert {lower(plan, profile, force=op).operator for op in ("linear", "tree")} == {"linear", "tree"}
 
 
+def test_the_relations_step_carries_the_relation_calls_tokens_and_counts_each_call():
+    ir = (
+        'q1 = (?band, "released", "Counterparts")\n'
+        'q2 = (?drummer, "drummer of", ?band)\n'
+        'q3 = (?band, "is", "Canadian")\n'
+        "answer ?band"
+    )
+
+    def reply(prompt: str) -> str:
+        if "Relation of A" in prompt:
+            return "sibling"
+        if "Rewrite the question as atomic queries" in prompt or "nlqo IR" in prompt:
+            return ir
+        return "Rush"
+
+    llm = ScriptedLLM([("", reply)])
+    engine = Engine.from_config(EngineConfig(kv_reuse=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    result = engine.ask("Which Canadian band released Counterparts and had a famous drummer?", strategy="tree")
+    relation_prompts = [c for c in llm.calls if "Relation of A" in c]
+    assert result.plan is not None and result.plan.stats.llm_calls == len(relation_prompts) >= 2
+    (step,) = [s for s in result.trace if s.node == "relations"]
+    assert step.calls == len(relation_prompts) and step.prompt_tokens == sum(len(c.split()) for c in relation_prompts)
+    retrieval = next(s for s in result.trace if s.kind == "retrieve")
+    assert step.to_dict()["calls"] == step.calls and "calls" not in retrieval.to_dict()
+    assert result.stats()["llm_calls"] == len(llm.calls)
+    assert result.stats()["prompt_tokens"] == sum(len(c.split()) for c in llm.calls)
+
+
 def test_engine_auto_plans_lowers_and_runs():
     ir = 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
 

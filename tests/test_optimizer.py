@@ -108,8 +108,10 @@ def test_relation_cache_cold_and_warm_give_the_same_plan(tmp_path):
     llm = ScriptedLLM([("A: \\?band released Counterparts\\nB: \\?drummer", "parent"), ("Relation of A", "sibling")])
     cold = Optimizer(cost_model=STRUCTURAL, llm=llm, cache=RelationCache.open(tmp_path / "rel.json")).optimize(q)
     assert cold.stats.llm_calls == 3 and cold.stats.cache_hits == 0
+    assert cold.stats.llm_usage.calls == 3 and cold.stats.llm_usage.prompt_tokens == sum(len(c.split()) for c in llm.calls)
     warm = Optimizer(cost_model=STRUCTURAL, llm=llm, cache=RelationCache.open(tmp_path / "rel.json")).optimize(q)
     assert warm.stats.llm_calls == 0 and warm.stats.cache_hits == 3
+    assert warm.stats.llm_usage.calls == 0 and warm.stats.llm_usage.prompt_tokens == 0
     assert warm.tree == cold.tree
     assert len(llm.calls) == 3
     # q1 may be q2's parent, but the flat tree realises more sibling edges at less depth

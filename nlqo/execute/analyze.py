@@ -39,7 +39,7 @@ def node_actuals(steps: list[Step]) -> dict[str, Any]:
     end = max((s.started_ms + s.wall_ms for s in steps), default=0.0)
     return {
         "actual_ms": end - start,
-        "llm_calls": len(llm),
+        "llm_calls": sum(s.calls for s in llm),
         "prompt_tokens": sum(s.prompt_tokens for s in llm),
         "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
         "generated_tokens": sum(s.generated_tokens for s in llm),

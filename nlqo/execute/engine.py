@@ -127,7 +127,7 @@ class Engine:
         strategy = strategy or self.config.strategy
         plan = self.optimizer.optimize(query)
         if plan.stats.llm_calls:
-            trace.record(Step(node="relations", kind="llm", text=f"{plan.stats.llm_calls} relation calls", started_ms=at))
+            trace.record(Step.llm("relations", plan.stats.llm_usage, f"{plan.stats.llm_calls} relation calls", at))
         physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy, simple=self.config.simple_plans)
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 

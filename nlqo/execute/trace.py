@@ -68,6 +68,9 @@ class Step:
     note: str = ""
     """How the step's text came about when that matters to a reader (parsing: constrained or not,
     attempts, repairs)."""
+    calls: int = 1
+    """LLM calls the step stands for (llm steps): more than one for a parse with repairs, and the
+    optimizer's relation and merge-check calls, which are one ``relations`` step."""
 
     @classmethod
     def llm(
@@ -85,6 +88,7 @@ class Step:
             prompt=prompt_text(prompt),
             forced_tokens=usage.forced_tokens,
             note=note,
+            calls=max(usage.calls, 1),
         )
 
     @classmethod
@@ -96,6 +100,8 @@ class Step:
         """The step as JSON; ``texts`` adds the prompt and the passages' texts (EXPLAIN pages)."""
         d = attrs.asdict(self, recurse=False, filter=lambda a, _: texts or a.name != "prompt")
         d["passages"] = [attrs.asdict(p, filter=lambda a, _: texts or a.name != "text") for p in self.passages]
+        if self.kind != StepKind.LLM:
+            del d["calls"]
         return d
 
 
@@ -159,7 +165,7 @@ class RunResult:
     def stats(self) -> dict[str, Any]:
         llm = self.llm_steps
         return {
-            "llm_calls": len(llm),
+            "llm_calls": sum(s.calls for s in llm),
             "prompt_tokens": sum(s.prompt_tokens for s in llm),
             "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
             "generated_tokens": sum(s.generated_tokens for s in llm),

@@ -108,6 +108,7 @@ class Optimizer:
             search_stats,
             planning_ms=(time.perf_counter() - started) * 1000,
             llm_calls=relations.stats.llm_calls + merge_usage.calls,
+            llm_usage=relations.stats.usage + merge_usage,
             cache_hits=relations.stats.cache_hits,
             pruned_pairs=relations.stats.pruned_pairs,
             merge_checks=merge_checks,
