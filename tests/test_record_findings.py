@@ -95,3 +95,28 @@ def test_findings_count_comparison_answers_that_name_none_of_the_options(finding
     findings.findings(tmp_path)
     # yes/no comparisons and bridge questions do not count; a year is not one of the films named
     assert "comparison answers naming nothing the question names: linear 1 of 1, tree 0 of 1" in capsys.readouterr().out
+
+
+def test_a_choice_stop_step_is_not_the_terminators_stop(findings):
+    run = linear_run(
+        step("hop-1", "retrieve", "Who directed Jaws?", 0.5),
+        step("choice", "stop", "Jaws"),
+        stop_reason="max_hops; held_to_options",
+    )
+    assert findings.stop_cause(run) == "max_hops; held_to_options"
+    assert findings.stop_cause({**REPEAT, "trace": [*REPEAT["trace"], step("choice", "stop", "Jaws")]}) == "an earlier sub-question"
+
+
+def test_seconds_by_call_groups_llm_calls_by_kind_per_question(findings):
+    def call(node, ms, prompt, cached, generated):
+        return {"node": node, "kind": "llm", "wall_ms": ms, "prompt_tokens": prompt, "cached_prompt_tokens": cached, "generated_tokens": generated}
+
+    runs = [
+        {"strategy": "linear", "trace": [call("hop-1", 3000, 500, 400, 10), call("hop-2", 1000, 600, 500, 20), call("answer", 500, 700, 690, 4)]},
+        {"strategy": "linear[tau=0.9]", "trace": [call("hop-1", 2000, 500, 400, 30), {"node": "hop-2", "kind": "stop", "wall_ms": 0}]},
+    ]
+    (rows,) = findings.seconds_by_call(runs).values()
+    assert rows == [
+        "hop-# 3.0 s (1.5 calls, 100 computed + 20 generated tokens each)",
+        "answer 0.2 s (0.5 calls, 10 computed + 4 generated tokens each)",
+    ]
