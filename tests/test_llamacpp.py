@@ -212,6 +212,24 @@ def test_forks_keep_their_own_saved_prefixes(fresh):
     assert first.usage.cached_prompt_tokens == 0 and again.usage.cached_prompt_tokens > 30
 
 
+def test_chat_saves_its_scaffold_so_other_prompts_cannot_push_it_out(fresh):
+    """A chat prompt keeps the state of what precedes its last message's text (system prompt,
+    demonstrations): prompts of another kind, however many, add one saved prefix, not one each."""
+    demo = [ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of Italy?"), ChatMessage("assistant", "Rome.")]
+    first = [*demo, ChatMessage("user", QUESTIONS[0])]
+    fresh.chat(first, max_tokens=2, prefix_cache=True)
+    scaffold = fresh.scaffold_length(first, fresh.encode(fresh.format_chat(first)))
+    assert fresh.cached_prefixes() == (scaffold,) and scaffold > 60
+    for i in range(2 * fresh.prefix_cache_size):
+        fresh.chat([ChatMessage("system", "You name a colour."), ChatMessage("user", f"Colour number {i}?")], max_tokens=2, prefix_cache=True)
+    assert len(fresh.cached_prefixes()) == 2
+    fresh.runtime.forget(fresh._owner)  # nothing resident: only a saved prefix can serve
+    later = [*demo, ChatMessage("user", QUESTIONS[1])]
+    again = fresh.chat(later, max_tokens=8, prefix_cache=True)
+    plain = fresh.fork().chat(later, max_tokens=8)
+    assert again.usage.cached_prompt_tokens == scaffold and again.text == plain.text
+
+
 def test_the_linear_template_serves_most_prompt_tokens_from_the_restored_scaffold(llm):
     """TSSS's point: the scaffold is computed once; later questions restore it."""
     from fakes import PASSAGES, HashEmbedder, KeywordRetriever

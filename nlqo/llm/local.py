@@ -185,12 +185,14 @@ class TransformersLLM(TokenLLM):
         stop: Sequence[str] = (),
         max_tokens: int = 256,
         prefix_cache: bool = False,
+        remember: int | None = None,
         constraint: Constraint | None = None,
     ) -> tuple[Completion, tuple[int, ...]]:
         """Continue exactly the token sequence ``ids``; also return the generated token ids.
 
-        With ``prefix_cache`` the longest cached prefix is reused and this prompt's KV state is
-        remembered for later calls; without it every prompt token is computed. With
+        With ``prefix_cache`` the longest cached prefix is reused and the KV state of
+        ``ids[:remember]`` (default: all of ``ids``) is remembered for later calls; without it
+        every prompt token is computed. With
         ``constraint`` the reply follows its grammar; a reply the grammar forces whole is returned
         without running the model.
         """
@@ -203,7 +205,7 @@ class TransformersLLM(TokenLLM):
             if matcher is not None and (matcher.done or len(first) >= max_tokens):
                 return self._forced_whole(matcher, first, max_tokens, start), tuple(first)
             cache, cached = self._lookup(ids) if prefix_cache else (None, 0)
-            remember = len(ids) if prefix_cache else 0
+            remember = (len(ids) if remember is None else min(remember, len(ids))) if prefix_cache else 0
             generated, text, finish = self._generate(ids, cache, cached, stop, max_tokens, remember, matcher, first)
             usage = self._account(len(ids), cached, len(generated), start, matcher)
         return completion(text, usage, finish, matcher), tuple(generated)

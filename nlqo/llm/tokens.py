@@ -39,7 +39,14 @@ class TokenLLM:
         raise NotImplementedError
 
     def generate_ids(
-        self, ids: Sequence[int], *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
+        self,
+        ids: Sequence[int],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        remember: int | None = None,
+        constraint: Constraint | None = None,
     ) -> tuple[Completion, tuple[int, ...]]:
         raise NotImplementedError
 
@@ -59,9 +66,25 @@ class TokenLLM:
         prefix_cache: bool = False,
         constraint: Constraint | None = None,
     ) -> Completion:
-        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given)."""
+        """Answer ``messages`` formatted with the model's chat template (under ``constraint`` when given).
+
+        With ``prefix_cache`` the state saved for later calls is that of the prompt's scaffold
+        (:meth:`scaffold_length`), which every prompt of its kind starts with: a whole prompt,
+        question and passages included, would rarely serve again, and would push the scaffolds out
+        of the backend's few saved prefixes.
+        """
         ids = self.encode(self.format_chat(messages))
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
+        remember = self.scaffold_length(messages, ids) if prefix_cache else None
+        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, remember=remember, constraint=constraint)[0]
+
+    def scaffold_length(self, messages: Sequence[ChatMessage], ids: Sequence[int]) -> int:
+        """Tokens of ``ids`` (``messages`` formatted) before the last message's text: the system
+        prompt, the demonstrations and the last message's header, which prompts of one kind share."""
+        if not messages:
+            return len(ids)
+        *before, last = messages
+        head = self.encode(self.format_chat([*before, ChatMessage(last.role, "")], add_generation_prompt=False))
+        return common_prefix(head, ids)
 
 
 class TokenSegments:
