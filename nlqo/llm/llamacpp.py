@@ -13,8 +13,8 @@ How the model's work is organised:
   (the next step of a session, another question on the same scaffold) computes only the rest;
 * **saved prefixes**: with ``prefix_cache`` (and at a session's first generation) the KV state of the
   prompt (a chat prompt's scaffold, a session's fixed prefix) is copied to host memory, and restored
-  into a slot for any later request that starts with it. Each :meth:`LlamaCppLLM.fork` has its own saved prefixes and
-  slot affinity, so strategies measured side by side keep their own warm prefixes;
+  into a slot for any later request that starts with it. Each :meth:`LlamaCppLLM.fork` has its own
+  saved prefixes and slot affinity, so strategies measured side by side keep their own warm prefixes;
 * one **scheduler thread** runs every llama_decode. Requests from several threads (the nodes of
   one tree wave) each take a slot; prompts are prefilled one chunk at a time, and all requests that
   are generating are decoded together, one token each, in one batch. On a CPU decoding is bound by

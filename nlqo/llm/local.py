@@ -192,9 +192,8 @@ class TransformersLLM(TokenLLM):
 
         With ``prefix_cache`` the longest cached prefix is reused and the KV state of
         ``ids[:remember]`` (default: all of ``ids``) is remembered for later calls; without it
-        every prompt token is computed. With
-        ``constraint`` the reply follows its grammar; a reply the grammar forces whole is returned
-        without running the model.
+        every prompt token is computed. With ``constraint`` the reply follows its grammar; a reply
+        the grammar forces whole is returned without running the model.
         """
         ids = list(ids)
         if done := self._nothing_to_do(ids, max_tokens):
