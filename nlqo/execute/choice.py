@@ -114,11 +114,7 @@ def linked_options(answer: str, options: Sequence[str], texts: Sequence[str]) ->
 
 def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[PassageRef]:
     """The first ``limit`` distinct passages (with texts) the run retrieved, in retrieval order."""
-    seen: dict[str, PassageRef] = {}
-    for ref in result.retrieved:
-        if ref.text:
-            seen.setdefault(ref.id, ref)
-    return list(seen.values())[:limit]
+    return result.distinct_retrieved()[:limit]
 
 
 def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, limit: int = MAX_PASSAGES) -> RunResult:

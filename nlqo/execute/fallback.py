@@ -62,11 +62,7 @@ def ask_again(llm: LLM, question: str, refs: Sequence[PassageRef], constraint: C
 
 def best_passages(result: RunResult, k: int) -> list[PassageRef]:
     """The best ``k`` distinct passages the run retrieved, with their texts."""
-    best: dict[str, PassageRef] = {}
-    for ref in result.retrieved:
-        if ref.text and (ref.id not in best or ref.score > best[ref.id].score):
-            best[ref.id] = ref
-    return sorted(best.values(), key=lambda r: -r.score)[:k]
+    return sorted(result.distinct_retrieved(), key=lambda r: -r.score)[:k]
 
 
 def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace | None = None) -> RunResult:

@@ -157,6 +157,15 @@ class RunResult:
     def llm_steps(self) -> list[Step]:
         return [s for s in self.trace if s.kind == StepKind.LLM]
 
+    def distinct_retrieved(self) -> list[PassageRef]:
+        """Each passage the run retrieved with its text, once, in the order first retrieved, with
+        its best score."""
+        best: dict[str, PassageRef] = {}
+        for ref in self.retrieved:
+            if ref.text and (ref.id not in best or ref.score > best[ref.id].score):
+                best[ref.id] = ref
+        return list(best.values())
+
     @property
     def retrieved(self) -> list[PassageRef]:
         """Every passage the run's retrieval steps found, in order, repeats included (with texts)."""
