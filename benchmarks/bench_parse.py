@@ -176,10 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-docs", action="store_true", help="do not write the table into docs/ir.md (smoke tests)")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    from nlqo.llm.backends import runtime_of
     from nlqo.models import load_local
 
     llm = load_local(args.model, runtime=args.runtime, threads=args.threads, progress=True)
-    args.runtime = "llama-cpp" if type(llm).__name__ == "LlamaCppLLM" else "transformers"
+    args.runtime = runtime_of(llm)
     run_info = {"date": now(), "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), "model": args.model, "runtime": args.runtime, "threads": args.threads, "machine": platform.machine(), "cpus": os.cpu_count()}
     (args.out / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
     run(args, llm)
