@@ -120,3 +120,18 @@ def test_seconds_by_call_groups_llm_calls_by_kind_per_question(findings):
         "hop-# 3.0 s (1.5 calls, 100 computed + 20 generated tokens each)",
         "answer 0.2 s (0.5 calls, 10 computed + 4 generated tokens each)",
     ]
+
+
+def test_parse_prefix_hits_count_parses_served_mostly_from_the_cache(findings):
+    def parse_call(cached, ms):
+        return {"node": "parse", "kind": "llm", "wall_ms": ms, "prompt_tokens": 400, "cached_prompt_tokens": cached}
+
+    runs = [
+        {"strategy": "tree", "trace": [parse_call(394, 5000)]},
+        {"strategy": "tree", "trace": [parse_call(3, 14000)]},
+        {"strategy": "tree[tree_queries=rewrite]", "trace": [parse_call(394, 3000)]},
+        {"strategy": "auto", "trace": [parse_call(0, 20000)]},
+        {"strategy": "tree", "trace": [{"node": "parse", "kind": "llm", "wall_ms": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0}]},
+    ]
+    assert findings.parse_prefix_hits(runs, "tree") == (2, 3, 4.0, 14.0)
+    assert findings.parse_prefix_hits(runs, "auto") == (0, 1, 0.0, 20.0)
