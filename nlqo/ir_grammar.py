@@ -3,9 +3,10 @@
 The file holds the line-level rules; this module completes them for one question: atom ids in
 order, at most ``max_atoms`` atoms, at most one relation line between atoms written, constants
 that contain a word of the question, and the keyword ``answer``; optionally (``anchored``) the
-first atom names a constant and (``spans``) constants are runs of the question's words. The answer line is a second stage:
-:func:`answer_grammar` lists only the variables the reply's atoms mention, so a reply that follows
-both stages is valid IR (no context-free grammar can tie the answer to the atoms).
+first atom names a constant and (``spans``) constants are runs of the question's words. The
+answer line is a second stage: :func:`answer_grammar` lists only the variables the reply's atoms
+mention, so a reply that follows both stages is valid IR (no context-free grammar can tie the
+answer to the atoms).
 
 >>> text = 'q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer'
 >>> print(answer_grammar(text))

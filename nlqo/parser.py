@@ -215,10 +215,10 @@ def parse_question(
 
     ``anchored`` makes the constrained reply's first atom name a constant, and ``spans`` its
     constants runs of the question's words (:func:`~nlqo.ir_grammar.constant_terminal`); both are
-    off by default (measured, not kept: docs/ir.md). Valid IR
-    with atoms linked to no entity of the question (:func:`unanchored`) is sent back at most
-    ``anchor_repairs`` times (default none); if no repair anchors them, the first such IR is kept
-    with a warning (a plan with a loose atom still beats no plan).
+    off by default (measured, not kept: docs/ir.md). Valid IR with atoms linked to no entity of the
+    question (:func:`unanchored`) is sent back at most ``anchor_repairs`` times (default none); if
+    no repair anchors them, the first such IR is kept with a warning (a plan with a loose atom still
+    beats no plan).
     Raises :class:`ParseFailure` showing every attempt and its error.
     """
     usage = Usage()
