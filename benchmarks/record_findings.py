@@ -1,7 +1,8 @@
 """Figures docs/ir.md, docs/execution.md and docs/benchmarks.md quote, computed from benchmark records.
 
-    python benchmarks/record_findings.py [RUN_FOLDER ...]
-    (default: the runs of benchmarks/results/runs/, else the int8 runs of benchmarks/results/bench/)
+    python benchmarks/record_findings.py [--questions FIRST:END] [RUN_FOLDER ...]
+    (default: the runs of benchmarks/results/runs/, else the int8 runs of benchmarks/results/bench/;
+    ``--questions 25:50`` keeps the records of questions 26 to 50, by their index in the run)
 
 Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
@@ -21,6 +22,7 @@ count with their strategy.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -145,8 +147,9 @@ def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, flo
     return len(hits), len(hits) + len(misses), mean(hits), mean(misses)
 
 
-def findings(folder: Path) -> None:
+def findings(folder: Path, questions: range | None = None) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [r for r in records if questions is None or r["index"] in questions]
     failures = [r for r in records if base(r) in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
     loops, tidied = 0, Counter()
     for r in failures:
@@ -217,11 +220,22 @@ def findings(folder: Path) -> None:
             print(f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not)")
 
 
+def question_range(text: str) -> range:
+    """``25:50`` -> ``range(25, 50)``; either end may be left out."""
+    first, sep, end = text.partition(":")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected FIRST:END, got {text!r}")
+    return range(int(first or 0), int(end) if end else sys.maxsize)
+
+
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="*", type=Path, metavar="RUN_FOLDER")
+    parser.add_argument("--questions", type=question_range, metavar="FIRST:END", help="only questions FIRST+1 to END of each run (0-based, end excluded)")
+    args = parser.parse_args(argv)
     runs = sorted(f for f in Path("benchmarks/results/runs").glob("*/") if (f / "records.jsonl").is_file())
-    folders = [Path(a) for a in argv] or runs or sorted(Path("benchmarks/results/bench").glob("*/"))
-    for folder in folders:
-        findings(folder)
+    for folder in args.folders or runs or sorted(Path("benchmarks/results/bench").glob("*/")):
+        findings(folder, args.questions)
     return 0
 
 

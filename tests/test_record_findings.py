@@ -135,3 +135,19 @@ def test_parse_prefix_hits_count_parses_served_mostly_from_the_cache(findings):
     ]
     assert findings.parse_prefix_hits(runs, "tree") == (2, 3, 4.0, 14.0)
     assert findings.parse_prefix_hits(runs, "auto") == (0, 1, 0.0, 20.0)
+
+
+def test_questions_option_keeps_the_records_of_a_range_of_question_indices(findings, tmp_path, capsys):
+    import json
+
+    def auto(index, em):
+        return {"qid": f"q{index}", "index": index, "strategy": "auto", "question": "Who?", "stop_reason": "answer", "operator": "retrieve", "em": em, "trace": []}
+
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(auto(i, float(i >= 2))) + "\n" for i in range(4)))
+    assert findings.question_range("2:") == range(2, findings.sys.maxsize)
+    assert findings.question_range(":2") == range(0, 2)
+    findings.main(["--questions", "2:", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "2 questions with records" in out and "auto ran: retrieve 2 (100.0 EM)" in out
+    with pytest.raises(SystemExit):
+        findings.main(["--questions", "2", str(tmp_path)])
