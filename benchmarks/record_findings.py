@@ -4,7 +4,8 @@
     (default: the runs of benchmarks/results/runs/, else the int8 runs of benchmarks/results/bench/;
     ``--questions 25:50`` keeps the records of questions 26 to 50, by their index in the run)
 
-Prints, per run: the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
+Prints, per run: each strategy's EM, seconds and retrievals per question over the questions every
+strategy finished (with ``--questions 0:25``, the first 25); the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
 first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
 question); how many of the tree's leaves name no entity (subject and object both variables, so their retrieval
 has only the predicate to go on); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
@@ -147,6 +148,18 @@ def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, flo
     return len(hits), len(hits) + len(misses), mean(hits), mean(misses)
 
 
+def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
+    """Over the questions every strategy of ``records`` has finished: their count, and per strategy
+    (in order of first record) its EM, seconds and retrievals per question."""
+    names = list(dict.fromkeys(r["strategy"] for r in records))
+    done = set.intersection(*({r["qid"] for r in records if r["strategy"] == n} for n in names)) if names else set()
+    def mean(name: str, field: str) -> float:
+        runs = [r for r in records if r["strategy"] == name and r["qid"] in done]
+        return sum(float(r.get(field) or 0) for r in runs) / len(runs)
+
+    return len(done), [f"{n} {100 * mean(n, 'em'):.1f} EM · {mean(n, 'seconds'):.1f} s · {mean(n, 'retrievals'):.2f} retrievals" for n in names]
+
+
 def findings(folder: Path, questions: range | None = None) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     records = [r for r in records if questions is None or r["index"] in questions]
@@ -198,6 +211,9 @@ def findings(folder: Path, questions: range | None = None) -> None:
     causes = Counter(stop_cause(r) for r in linear)
     scores = [s["terminator_score"] for r in linear for s in r["trace"] if is_terminator_stop(s)]
     print(f"{folder.name}: {len({r['qid'] for r in records})} questions with records")
+    finished, means = strategy_means(records)
+    if means and finished:
+        print(f"  on the {finished} questions every strategy finished: " + "; ".join(means))
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")

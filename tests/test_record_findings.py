@@ -151,3 +151,11 @@ def test_questions_option_keeps_the_records_of_a_range_of_question_indices(findi
     assert "2 questions with records" in out and "auto ran: retrieve 2 (100.0 EM)" in out
     with pytest.raises(SystemExit):
         findings.main(["--questions", "2", str(tmp_path)])
+
+
+def test_strategy_means_count_only_questions_every_strategy_finished(findings):
+    def run(qid, strategy, em, seconds, retrievals):
+        return {"qid": qid, "strategy": strategy, "em": em, "seconds": seconds, "retrievals": retrievals}
+
+    records = [run("a", "linear", 1.0, 20.0, 2), run("a", "auto", 0.0, 30.0, 1), run("b", "linear", 0.0, 10.0, 1), run("b", "auto", 1.0, 10.0, 1), run("c", "linear", 1.0, 99.0, 9)]
+    assert findings.strategy_means(records) == (2, ["linear 50.0 EM · 15.0 s · 1.50 retrievals", "auto 50.0 EM · 20.0 s · 1.00 retrievals"])
