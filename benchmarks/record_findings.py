@@ -135,17 +135,21 @@ def seconds_by_call(records: list[dict]) -> dict[str, list[str]]:
     return out
 
 
-def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, float, float]:
+def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, float, float, list[int]]:
     """How often ``strategy``'s parse call found its prompt's scaffold in the prefix cache (more than
-    half the prompt cached): hits, calls, and the mean seconds of a hit and of a miss."""
-    hits, misses = [], []
+    half the prompt cached): hits, calls, the mean seconds of a hit and of a miss, and the questions
+    (1-based) of the misses."""
+    hits, misses, missed = [], [], []
     for r in records:
         if base(r) == strategy:
             for step in r["trace"]:
                 if step["node"] == "parse" and step["kind"] == "llm" and step["prompt_tokens"]:
-                    (hits if 2 * step["cached_prompt_tokens"] > step["prompt_tokens"] else misses).append(step["wall_ms"] / 1000)
+                    hit = 2 * step["cached_prompt_tokens"] > step["prompt_tokens"]
+                    (hits if hit else misses).append(step["wall_ms"] / 1000)
+                    if not hit and "index" in r:
+                        missed.append(r["index"] + 1)
     mean = lambda xs: sum(xs) / len(xs) if xs else 0.0  # noqa: E731
-    return len(hits), len(hits) + len(misses), mean(hits), mean(misses)
+    return len(hits), len(hits) + len(misses), mean(hits), mean(misses), sorted(missed)
 
 
 def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
@@ -231,9 +235,10 @@ def findings(folder: Path, questions: range | None = None) -> None:
     for name, rows in seconds_by_call(records).items():
         print(f"  {name} LLM seconds per question by call: " + "; ".join(rows))
     for name in ("tree", "auto"):
-        hits, n, hit_s, miss_s = parse_prefix_hits(records, name)
+        hits, n, hit_s, miss_s, missed = parse_prefix_hits(records, name)
         if n:
-            print(f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not)")
+            where = f"; missed on question{'s' * (len(missed) > 1)} {', '.join(map(str, missed))}" if missed and len(missed) <= 10 else ""
+            print(f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not{where})")
 
 
 def question_range(text: str) -> range:

@@ -128,13 +128,13 @@ def test_parse_prefix_hits_count_parses_served_mostly_from_the_cache(findings):
 
     runs = [
         {"strategy": "tree", "trace": [parse_call(394, 5000)]},
-        {"strategy": "tree", "trace": [parse_call(3, 14000)]},
+        {"strategy": "tree", "index": 6, "trace": [parse_call(3, 14000)]},
         {"strategy": "tree[tree_queries=rewrite]", "trace": [parse_call(394, 3000)]},
         {"strategy": "auto", "trace": [parse_call(0, 20000)]},
         {"strategy": "tree", "trace": [{"node": "parse", "kind": "llm", "wall_ms": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0}]},
     ]
-    assert findings.parse_prefix_hits(runs, "tree") == (2, 3, 4.0, 14.0)
-    assert findings.parse_prefix_hits(runs, "auto") == (0, 1, 0.0, 20.0)
+    assert findings.parse_prefix_hits(runs, "tree") == (2, 3, 4.0, 14.0, [7])
+    assert findings.parse_prefix_hits(runs, "auto") == (0, 1, 0.0, 20.0, [])
 
 
 def test_questions_option_keeps_the_records_of_a_range_of_question_indices(findings, tmp_path, capsys):
