@@ -5,8 +5,8 @@
     ``--questions 25:50`` keeps the records of questions 26 to 50, by their index in the run)
 
 Prints, per run: each strategy's EM, seconds and retrievals per question over the questions every
-strategy finished (with ``--questions 0:25``, the first 25); the parse failures of tree and auto and what ``nlqo.parser.tidy`` makes of each
-first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
+strategy finished (with ``--questions 0:25``, the first 25); the parse failures of tree and auto
+and what ``nlqo.parser.tidy`` makes of each first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
 question); how many of the tree's leaves name no entity (subject and object both variables, so their retrieval
 has only the predicate to go on); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
 many runs that retrieved every gold passage still answered wrong, and how many answers to a
@@ -157,6 +157,7 @@ def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
     (in order of first record) its EM, seconds and retrievals per question."""
     names = list(dict.fromkeys(r["strategy"] for r in records))
     done = set.intersection(*({r["qid"] for r in records if r["strategy"] == n} for n in names)) if names else set()
+
     def mean(name: str, field: str) -> float:
         runs = [r for r in records if r["strategy"] == name and r["qid"] in done]
         return sum(float(r.get(field) or 0) for r in runs) / len(runs)
@@ -252,7 +253,7 @@ def question_range(text: str) -> range:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path, metavar="RUN_FOLDER")
-    parser.add_argument("--questions", type=question_range, metavar="FIRST:END", help="only questions FIRST+1 to END of each run (0-based, end excluded)")
+    parser.add_argument("--questions", type=question_range, metavar="FIRST:END", help="keep questions FIRST+1 to END of each run (25:50: questions 26-50; either end may be left out)")
     args = parser.parse_args(argv)
     runs = sorted(f for f in Path("benchmarks/results/runs").glob("*/") if (f / "records.jsonl").is_file())
     for folder in args.folders or runs or sorted(Path("benchmarks/results/bench").glob("*/")):
