@@ -30,5 +30,5 @@ for c in "${commits[@]}"; do
     PYTHONPATH="$tree" .venv/bin/nlqo bench "$@" --out "$out/$n-$c" > "$out/$n-$c.log" 2>&1
 done
 for run in "$out"/*/; do
-    echo "$(basename "$run"):"; .venv/bin/python benchmarks/record_findings.py "$run" | sed -n 2p
+    echo "$(basename "$run"):"; .venv/bin/python benchmarks/record_findings.py "$run" | grep "every strategy finished"
 done

@@ -31,6 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
+from nlqo.eval.summary import strategy_summary
 from nlqo.execute.choice import CHOICE_NODE, HELD
 from nlqo.execute.trace import PARSE_FAILED
 from nlqo.parser import check_grounded, clean, drop_repeats, tidy
@@ -154,15 +155,13 @@ def parse_prefix_hits(records: list[dict], strategy: str) -> tuple[int, int, flo
 
 def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
     """Over the questions every strategy of ``records`` has finished: their count, and per strategy
-    (in order of first record) its EM, seconds and retrievals per question."""
+    (in order of first record) its EM, seconds and retrievals per question (the report's means,
+    :func:`nlqo.eval.summary.strategy_summary`)."""
     names = list(dict.fromkeys(r["strategy"] for r in records))
     done = set.intersection(*({r["qid"] for r in records if r["strategy"] == n} for n in names)) if names else set()
-
-    def mean(name: str, field: str) -> float:
-        runs = [r for r in records if r["strategy"] == name and r["qid"] in done]
-        return sum(float(r.get(field) or 0) for r in runs) / len(runs)
-
-    return len(done), [f"{n} {100 * mean(n, 'em'):.1f} EM · {mean(n, 'seconds'):.1f} s · {mean(n, 'retrievals'):.2f} retrievals" for n in names]
+    means = {n: strategy_summary([r for r in records if r["strategy"] == n and r["qid"] in done]) for n in names}
+    value = lambda m, field: m[field] or 0.0  # noqa: E731  (hand-made records may lack a field)
+    return len(done), [f"{n} {100 * value(m, 'em'):.1f} EM · {value(m, 'seconds'):.1f} s · {value(m, 'retrievals'):.2f} retrievals" for n, m in means.items()]
 
 
 def findings(folder: Path, questions: range | None = None) -> None:
