@@ -282,6 +282,8 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
     assert rows["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "**not met**")
     assert rows["no parse failures (tree, auto)"] == ("tree 2, auto 0", "**not met**")
     assert rows["no demonstration answer without a passage that holds it"] == ("linear 1", "**not met**")
+    on_hotpotqa = rows_of(targets({**summary, "dataset": "hotpotqa_dev_199"}, companion))
+    assert on_hotpotqa["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "not a target on HotpotQA")
     faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
     assert rows_of(targets(summary, faster))["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("dominated by self-ask (first 100)", "**not met**")
 
