@@ -18,7 +18,8 @@ from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
 from nlqo.eval.metrics import Interval
-from nlqo.eval.report import targets, write_report
+from nlqo.eval.report import write_report
+from nlqo.eval.targets import across_sets, targets
 from nlqo.eval.runner import Bench, interleave, refresh
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
@@ -288,6 +289,34 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
     assert rows_of(targets(summary, faster))["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("dominated by self-ask (first 100)", "**not met**")
 
 
+def _run(dataset: str, ems: dict[str, float], diffs: dict[tuple[str, str], tuple[float, float]]) -> dict:
+    """A run summary with the given EMs and (low, high) intervals of pairs (the mean is the EM difference)."""
+    em_differences = [{"a": a, "b": b, "diff": ems[a] - ems[b], "low": low, "high": high} for (a, b), (low, high) in diffs.items()]
+    return {"dataset": dataset, "n": 200, "results": {n: {"em": e, "seconds": 1.0} for n, e in ems.items()}, "em_differences": em_differences}
+
+
+def test_the_em_target_across_sets_needs_every_set_matched_and_two_beaten():
+    ems = {"standard-rag": 0.40, "iter-retgen": 0.30, "linear": 0.50, "tree": 0.20, "auto": 0.45}
+    diffs = {("auto", "standard-rag"): (-0.05, 0.15), ("linear", "standard-rag"): (0.02, 0.18)}
+    companion = {"n": 100, "results": {"ircot": {"em": 0.42}, "no-rag": {"em": 0.1}, "auto": {"em": 0.44}, "linear": {"em": 0.5}},
+                 "differences": {("auto", "ircot"): Interval(0.02, -0.1, 0.14), ("linear", "ircot"): Interval(0.08, 0.01, 0.15)}}  # fmt: skip
+    tie = _run("tie", {**ems, "auto": 0.40}, {("auto", "standard-rag"): (-0.1, 0.1), ("linear", "standard-rag"): (0.02, 0.18)})
+    lines = across_sets([(_run("a", ems, diffs), companion), (_run("b", ems, diffs), None), (tie, None)])
+    assert lines[2] == (
+        "| a (n=200) | 45.0: +5.0 [-5.0, +15.0] over standard-rag; +2.0 [-10.0, +14.0] over ircot (first 100) "
+        "| linear 50.0: +10.0 [+2.0, +18.0] over standard-rag; +8.0 [+1.0, +15.0] over ircot (first 100) |"
+    )
+    verdicts = {row.split(" | ")[0][2:]: row.split(" | ")[1:] for row in lines[-2:]}
+    # a tie matches and does not beat: auto beats on two of three sets, the best engine strategy on all three
+    assert verdicts["auto at least matches the best baseline on every set and beats it on at least two"] == ["matches on 3 of 3, beats on 2 (interval above zero on 0)", "met |"]
+    assert verdicts["the best engine strategy of each set at least matches the best baseline on every set and beats it on at least two"] == [
+        "matches on 3 of 3, beats on 3 (interval above zero on 3)", "met |"]  # fmt: skip
+    behind = _run("c", {**ems, "auto": 0.35}, {("auto", "standard-rag"): (-0.2, 0.0)})
+    lines = across_sets([(_run("a", ems, diffs), companion), (tie, None), (behind, None)])
+    assert lines[-2].endswith("| matches on 2 of 3, beats on 1 (interval above zero on 0) | **not met** |")
+    assert across_sets([({"dataset": "x", "n": 1, "results": {"standard-rag": {"em": 0.1}}}, None)]) == []
+
+
 def test_ablation_lists_expand_into_variants():
     specs = expand_ablations("ircot,linear,tree[parallel=off]", {"tau": "0.8,0.9", "relation_cache": "on,off", "alpha": None})
     assert specs == [
@@ -414,7 +443,7 @@ def test_a_yes_no_question_in_an_open_set_is_scored_on_the_first_yes_or_no(tmp_p
 def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_finished(tmp_path):
     import json
 
-    from nlqo.eval.report import companion_results
+    from nlqo.eval.targets import companion_results
 
     (tmp_path / "s").mkdir()
     (tmp_path / "s-baselines").mkdir()

@@ -19,17 +19,14 @@ import attrs
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval import plan_pages
-from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.plots import PLOTS
-from nlqo.eval.records import read_records
-from nlqo.eval.runner import ANSWERS, RECORDS, SUMMARY, refresh
+from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, kinds_table, markdown_table
+from nlqo.eval.targets import across_sets, companion_results, targets
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
 
 BLOCK = "bench-report"
-BASELINE_NAMES = ("standard-rag", "iter-retgen", "ircot", "self-ask")
-"""The retrieval baselines the targets compare ``auto`` with."""
 MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
 PROMPTS = {"no-rag": (NO_RAG,), "standard-rag": (STANDARD_RAG,), "iter-retgen": (STANDARD_RAG,), "ircot": (IRCOT,), "self-ask": (SELF_ASK,)}
 
@@ -43,130 +40,6 @@ def load_run(folder: str | Path) -> dict[str, Any]:
     summary = json.loads(path.read_text(encoding="utf-8"))
     summary["folder"] = str(Path(folder))
     return summary
-
-
-ENGINE_NAMES = ("linear", "tree", "auto")
-"""The engine's own strategies."""
-COMPANION = "-baselines"
-"""Suffix of the folder that holds a run's other baselines on its first questions (``make bench``)."""
-
-
-def companion_results(folder: str | Path) -> dict[str, Any] | None:
-    """The other baselines of ``folder`` (its ``-baselines`` sibling) and the engine's strategies of
-    ``folder``, on the questions the sibling finished: ``{"n", "results": {name: {"em", "seconds"}},
-    "differences": {(engine, baseline): paired EM interval}}``."""
-    main, other = Path(folder) / RECORDS, Path(str(folder).rstrip("/") + COMPANION) / RECORDS
-    if not (main.is_file() and other.is_file()):
-        return None
-    theirs = read_records(other, repair=False)
-    names = {r["strategy"] for r in theirs}
-    finished: dict[str, set[str]] = {}
-    for r in theirs:
-        finished.setdefault(r["qid"], set()).add(r["strategy"])
-    done = {qid for qid, strategies in finished.items() if strategies == names}
-    mine = [r for r in read_records(main, repair=False) if r["strategy"] in ENGINE_NAMES and r["qid"] in done]
-    if not done or len({r["qid"] for r in mine if r["strategy"] == "auto"}) < len(done):
-        return None
-    engine = [n for n in ENGINE_NAMES if len({r["qid"] for r in mine if r["strategy"] == n}) == len(done)]
-    rows = {n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"]) for n in sorted(names)}
-    rows |= {n: sorted((r for r in mine if r["strategy"] == n), key=lambda r: r["qid"]) for n in engine}
-    results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
-    differences = {
-        (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]]) for a in engine for b in sorted(names)
-    }
-    return {"n": len(done), "results": results, "differences": differences}
-
-
-def _points(diff: float, low: float, high: float) -> str:
-    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]`` (no ``-0.0``).
-
-    >>> _points(-0.0, -0.24, 0.2)
-    '+0.0 [-24.0, +20.0]'
-    """
-    return f"{100 * diff + 0.0:+.1f} [{100 * low + 0.0:+.1f}, {100 * high + 0.0:+.1f}]"
-
-
-def _diff(summary: dict[str, Any], a: str, b: str) -> str:
-    """``a``'s EM minus ``b``'s with its paired interval, from the summary's differences."""
-    for d in summary.get("em_differences", ()):
-        if {d["a"], d["b"]} == {a, b}:
-            sign = 1 if d["a"] == a else -1
-            low, high = sorted((sign * d["low"], sign * d["high"]))
-            return ", " + _points(sign * d["diff"], low, high)
-    return ""
-
-
-def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
-    """(target, measured, verdict) rows of the benchmark's targets (issue 17) for one run;
-    ``companion`` holds the other baselines on the run's first questions (:func:`companion_results`).
-
-    >>> s = {"results": {"auto": {"em": 0.3, "seconds": 2.0}, "iter-retgen": {"em": 0.25, "seconds": 5.0}}}
-    >>> [row[2] for row in targets(s)]
-    ['met', 'met', 'met', 'met', 'not measured', 'not measured', 'not measured', 'not measured']
-    """
-    results = summary["results"]
-    auto = results.get("auto")
-    if auto is None:
-        return [("auto is part of the run", "no auto results", "not measured")]
-    rows = []
-    baselines = {n: results[n] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
-    engine = {n: results[n] for n in ENGINE_NAMES if n in results and results[n]["em"] is not None}
-    top = max(engine, key=lambda n: engine[n]["em"]) if engine else "auto"
-    if baselines:
-        best = max(baselines, key=lambda n: baselines[n]["em"])
-        for name, label in (("auto", "auto"), (top, f"best engine strategy ({top})")):
-            rows.append((f"{label} EM >= best baseline's ({best})",
-                         f"{100 * results[name]['em']:.1f} vs {100 * baselines[best]['em']:.1f}{_diff(summary, name, best)}",
-                         _verdict(results[name]["em"] >= baselines[best]["em"])))  # fmt: skip
-    else:
-        rows.append(("auto EM >= best baseline's", "no baseline results", "not measured"))
-    # the other baselines, on the first questions their sibling run finished
-    other: dict[str, Any] = companion or {"results": {}}
-    theirs = {n: r for n, r in other["results"].items() if n not in ENGINE_NAMES}
-    if theirs:
-        best = max(theirs, key=lambda n: theirs[n]["em"])
-        for name in (n for n in dict.fromkeys(("auto", top)) if n in other["results"]):
-            em, d = other["results"][name]["em"], other["differences"][(name, best)]
-            rows.append((f"{name} EM >= the other baselines' best ({best}, first {other['n']})",
-                         f"{100 * em:.1f} vs {100 * theirs[best]['em']:.1f}, {_points(d.mean, d.low, d.high)}",
-                         _verdict(em >= theirs[best]["em"])))  # fmt: skip
-    # (baseline, its results, auto's on the same questions)
-    pool = [(n, r, auto) for n, r in baselines.items()]
-    pool += [(f"{n} (first {other['n']})", r, other["results"]["auto"]) for n, r in theirs.items()]
-    dominating = [n for n, r, ref in pool if r["em"] >= ref["em"] and r["seconds"] < ref["seconds"]]
-    rows.append(("auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)",
-                 "dominated by " + ", ".join(dominating) if dominating else f"{len(pool)} baselines, none dominates",
-                 _verdict(not dominating) if pool else "not measured"))  # fmt: skip
-    if "iter-retgen" in results and results["iter-retgen"]["seconds"]:
-        ratio = auto["seconds"] / results["iter-retgen"]["seconds"]
-        rows.append(("auto s/question <= iter-retgen's", f"{ratio:.2f}x ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
-    else:
-        rows.append(("auto s/question <= iter-retgen's", "no iter-retgen results", "not measured"))
-    ircot = other["results"].get("ircot")
-    if ircot and ircot["seconds"]:
-        mine = other["results"]["auto"]
-        ratio = mine["seconds"] / ircot["seconds"]
-        rows.append(("auto s/question <= 0.5x ircot's", f"{ratio:.2f}x on the first {other['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
-    else:
-        rows.append(("auto s/question <= 0.5x ircot's", "no ircot results beside this run", "not measured"))
-    linear = results.get("linear")
-    if linear and linear.get("retrievals") is not None:
-        applies = not str(summary.get("dataset", "")).startswith("hotpotqa")
-        rows.append(("linear retrievals/question > 1.5 (2Wiki, MuSiQue)", f"{linear['retrievals']:.2f}",
-                     _verdict(linear["retrievals"] > 1.5) if applies else "not a target on HotpotQA"))  # fmt: skip
-    else:
-        rows.append(("linear retrievals/question > 1.5 (2Wiki, MuSiQue)", "no linear results", "not measured"))
-    failed = {n: results[n].get("parse_failed") for n in ("tree", "auto") if n in results}
-    measured = ", ".join(f"{n} {v}" for n, v in failed.items() if v is not None)
-    rows.append(("no parse failures (tree, auto)", measured or "no planned runs", _verdict(not any(failed.values())) if measured else "not measured"))
-    leaks = {n: r.get("demo_leaks") for n, r in results.items() if r.get("demo_leaks") is not None}
-    rows.append(("no demonstration answer without a passage that holds it", ", ".join(f"{n} {v}" for n, v in leaks.items() if v) or ("none" if leaks else "not counted"),
-                 _verdict(not any(leaks.values())) if leaks else "not measured"))  # fmt: skip
-    return rows
-
-
-def _verdict(ok: bool) -> str:
-    return "met" if ok else "**not met**"
 
 
 def _machine(meta: dict[str, Any]) -> str:
@@ -433,6 +306,26 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     return [*lines, "", "EM (%) · seconds per question; each run's section below has the rest.", ""]
 
 
+def targets_section(runs: Sequence[dict[str, Any]]) -> list[str]:
+    """The EM target across the data sets, over the runs of the faithful runtime that have a
+    ``-baselines`` sibling (the issue's runs; ablations and lossy runs have none)."""
+    faithful = [(s, companion_results(s["folder"])) for s in runs if not _lossy(s.get("meta", {}))]
+    table = across_sets([(s, c) for s, c in faithful if c is not None])
+    if not table:
+        return []
+    return [
+        "## Targets across the sets",
+        "",
+        "On each set a strategy *matches* the best baseline when its EM is at least every baseline's: standard-rag's "
+        "and iter-retgen's on the run's questions, no-rag's, ircot's and self-ask's on the first questions their "
+        "sibling run finished; it *beats* it when above every one. Paired 95% intervals; the best engine strategy "
+        "is picked per set after the fact, so its margins are optimistic.",
+        "",
+        *table,
+        "",
+    ]
+
+
 def render_report(folders: Sequence[str | Path], docs: Path) -> str:
     """The generated Markdown for ``folders`` (plots copied beside ``docs``)."""
     runs = [load_run(f) for f in folders]
@@ -457,7 +350,7 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
-    lines += ["", *overview(runs), "## Results", ""]
+    lines += ["", *overview(runs), *targets_section(runs), "## Results", ""]
     lines += [run_section(s, docs) for s in runs] or ["No results yet.", ""]
     lines.append(baselines_section())
     return "\n".join(lines)

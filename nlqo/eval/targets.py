@@ -1,0 +1,216 @@
+"""The benchmark's targets (issue 17), per run and across the data sets, from run summaries.
+
+A run's other baselines (no-rag, ircot, self-ask) live in a sibling folder (``<run>-baselines``)
+that covers the run's first questions; the targets compare the engine's strategies with them on
+exactly those questions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+from nlqo.eval.metrics import bootstrap_diff
+from nlqo.eval.records import read_records
+from nlqo.eval.runner import RECORDS
+
+BASELINE_NAMES = ("standard-rag", "iter-retgen", "ircot", "self-ask")
+"""The retrieval baselines the targets compare ``auto`` with."""
+
+ENGINE_NAMES = ("linear", "tree", "auto")
+"""The engine's own strategies."""
+COMPANION = "-baselines"
+"""Suffix of the folder that holds a run's other baselines on its first questions (``make bench``)."""
+
+
+def companion_results(folder: str | Path) -> dict[str, Any] | None:
+    """The other baselines of ``folder`` (its ``-baselines`` sibling) and the engine's strategies of
+    ``folder``, on the questions the sibling finished: ``{"n", "results": {name: {"em", "seconds"}},
+    "differences": {(engine, baseline): paired EM interval}}``."""
+    main, other = Path(folder) / RECORDS, Path(str(folder).rstrip("/") + COMPANION) / RECORDS
+    if not (main.is_file() and other.is_file()):
+        return None
+    theirs = read_records(other, repair=False)
+    names = {r["strategy"] for r in theirs}
+    finished: dict[str, set[str]] = {}
+    for r in theirs:
+        finished.setdefault(r["qid"], set()).add(r["strategy"])
+    done = {qid for qid, strategies in finished.items() if strategies == names}
+    mine = [r for r in read_records(main, repair=False) if r["strategy"] in ENGINE_NAMES and r["qid"] in done]
+    if not done or len({r["qid"] for r in mine if r["strategy"] == "auto"}) < len(done):
+        return None
+    engine = [n for n in ENGINE_NAMES if len({r["qid"] for r in mine if r["strategy"] == n}) == len(done)]
+    rows = {n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"]) for n in sorted(names)}
+    rows |= {n: sorted((r for r in mine if r["strategy"] == n), key=lambda r: r["qid"]) for n in engine}
+    results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
+    differences = {
+        (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]]) for a in engine for b in sorted(names)
+    }
+    return {"n": len(done), "results": results, "differences": differences}
+
+
+def _points(diff: float, low: float, high: float) -> str:
+    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]`` (no ``-0.0``).
+
+    >>> _points(-0.0, -0.24, 0.2)
+    '+0.0 [-24.0, +20.0]'
+    """
+    return f"{100 * diff + 0.0:+.1f} [{100 * low + 0.0:+.1f}, {100 * high + 0.0:+.1f}]"
+
+
+def _diff(summary: dict[str, Any], a: str, b: str) -> str:
+    """``a``'s EM minus ``b``'s with its paired interval, from the summary's differences."""
+    for d in summary.get("em_differences", ()):
+        if {d["a"], d["b"]} == {a, b}:
+            sign = 1 if d["a"] == a else -1
+            low, high = sorted((sign * d["low"], sign * d["high"]))
+            return ", " + _points(sign * d["diff"], low, high)
+    return ""
+
+
+def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
+    """(target, measured, verdict) rows of the benchmark's targets (issue 17) for one run;
+    ``companion`` holds the other baselines on the run's first questions (:func:`companion_results`).
+
+    >>> s = {"results": {"auto": {"em": 0.3, "seconds": 2.0}, "iter-retgen": {"em": 0.25, "seconds": 5.0}}}
+    >>> [row[2] for row in targets(s)]
+    ['met', 'met', 'met', 'met', 'not measured', 'not measured', 'not measured', 'not measured']
+    """
+    results = summary["results"]
+    auto = results.get("auto")
+    if auto is None:
+        return [("auto is part of the run", "no auto results", "not measured")]
+    rows = []
+    baselines = {n: results[n] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
+    engine = {n: results[n] for n in ENGINE_NAMES if n in results and results[n]["em"] is not None}
+    top = max(engine, key=lambda n: engine[n]["em"]) if engine else "auto"
+    if baselines:
+        best = max(baselines, key=lambda n: baselines[n]["em"])
+        for name, label in (("auto", "auto"), (top, f"best engine strategy ({top})")):
+            rows.append((f"{label} EM >= best baseline's ({best})",
+                         f"{100 * results[name]['em']:.1f} vs {100 * baselines[best]['em']:.1f}{_diff(summary, name, best)}",
+                         _verdict(results[name]["em"] >= baselines[best]["em"])))  # fmt: skip
+    else:
+        rows.append(("auto EM >= best baseline's", "no baseline results", "not measured"))
+    # the other baselines, on the first questions their sibling run finished
+    other: dict[str, Any] = companion or {"results": {}}
+    theirs = {n: r for n, r in other["results"].items() if n not in ENGINE_NAMES}
+    if theirs:
+        best = max(theirs, key=lambda n: theirs[n]["em"])
+        for name in (n for n in dict.fromkeys(("auto", top)) if n in other["results"]):
+            em, d = other["results"][name]["em"], other["differences"][(name, best)]
+            rows.append((f"{name} EM >= the other baselines' best ({best}, first {other['n']})",
+                         f"{100 * em:.1f} vs {100 * theirs[best]['em']:.1f}, {_points(d.mean, d.low, d.high)}",
+                         _verdict(em >= theirs[best]["em"])))  # fmt: skip
+    # (baseline, its results, auto's on the same questions)
+    pool = [(n, r, auto) for n, r in baselines.items()]
+    pool += [(f"{n} (first {other['n']})", r, other["results"]["auto"]) for n, r in theirs.items()]
+    dominating = [n for n, r, ref in pool if r["em"] >= ref["em"] and r["seconds"] < ref["seconds"]]
+    rows.append(("auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)",
+                 "dominated by " + ", ".join(dominating) if dominating else f"{len(pool)} baselines, none dominates",
+                 _verdict(not dominating) if pool else "not measured"))  # fmt: skip
+    if "iter-retgen" in results and results["iter-retgen"]["seconds"]:
+        ratio = auto["seconds"] / results["iter-retgen"]["seconds"]
+        rows.append(("auto s/question <= iter-retgen's", f"{ratio:.2f}x ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
+    else:
+        rows.append(("auto s/question <= iter-retgen's", "no iter-retgen results", "not measured"))
+    ircot = other["results"].get("ircot")
+    if ircot and ircot["seconds"]:
+        mine = other["results"]["auto"]
+        ratio = mine["seconds"] / ircot["seconds"]
+        rows.append(("auto s/question <= 0.5x ircot's", f"{ratio:.2f}x on the first {other['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
+    else:
+        rows.append(("auto s/question <= 0.5x ircot's", "no ircot results beside this run", "not measured"))
+    linear = results.get("linear")
+    if linear and linear.get("retrievals") is not None:
+        applies = not str(summary.get("dataset", "")).startswith("hotpotqa")
+        rows.append(("linear retrievals/question > 1.5 (2Wiki, MuSiQue)", f"{linear['retrievals']:.2f}",
+                     _verdict(linear["retrievals"] > 1.5) if applies else "not a target on HotpotQA"))  # fmt: skip
+    else:
+        rows.append(("linear retrievals/question > 1.5 (2Wiki, MuSiQue)", "no linear results", "not measured"))
+    failed = {n: results[n].get("parse_failed") for n in ("tree", "auto") if n in results}
+    measured = ", ".join(f"{n} {v}" for n, v in failed.items() if v is not None)
+    rows.append(("no parse failures (tree, auto)", measured or "no planned runs", _verdict(not any(failed.values())) if measured else "not measured"))
+    leaks = {n: r.get("demo_leaks") for n, r in results.items() if r.get("demo_leaks") is not None}
+    rows.append(("no demonstration answer without a passage that holds it", ", ".join(f"{n} {v}" for n, v in leaks.items() if v) or ("none" if leaks else "not counted"),
+                 _verdict(not any(leaks.values())) if leaks else "not measured"))  # fmt: skip
+    return rows
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "**not met**"
+
+
+def _interval(summary: dict[str, Any], a: str, b: str) -> tuple[float, float, float] | None:
+    """``a``'s EM minus ``b``'s and its paired interval, from the summary's differences."""
+    for d in summary.get("em_differences", ()):
+        if {d["a"], d["b"]} == {a, b}:
+            sign = 1 if d["a"] == a else -1
+            low, high = sorted((sign * d["low"], sign * d["high"]))
+            return sign * d["diff"], low, high
+    return None
+
+
+def standing(summary: dict[str, Any], companion: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """How ``name`` compares with the best baseline of a run (on the run's questions) and of its
+    sibling (on the sibling's first questions): ``{"em", "text", "matches", "beats", "clear"}``, where
+    ``clear`` means every paired interval lies above zero.
+
+    >>> s = {"results": {"auto": {"em": 0.5}, "standard-rag": {"em": 0.4}},
+    ...      "em_differences": [{"a": "auto", "b": "standard-rag", "diff": 0.1, "low": -0.1, "high": 0.3}]}
+    >>> r = standing(s, None, "auto")
+    >>> r["text"], r["matches"], r["beats"], r["clear"]
+    ('50.0: +10.0 [-10.0, +30.0] over standard-rag', True, True, False)
+    """
+    results = summary["results"]
+    comparisons = []  # (EM difference, low, high, label)
+    baselines = {n: r for n, r in results.items() if n in BASELINE_NAMES and r["em"] is not None}
+    if baselines:
+        best = max(baselines, key=lambda n: baselines[n]["em"])
+        d = _interval(summary, name, best)
+        mean = results[name]["em"] - baselines[best]["em"]
+        comparisons.append((mean, *(d[1:] if d else (mean, mean)), best))
+    theirs = {n: r for n, r in (companion or {"results": {}})["results"].items() if n not in ENGINE_NAMES}
+    if theirs and companion and name in companion["results"]:
+        best = max(theirs, key=lambda n: theirs[n]["em"])
+        d = companion["differences"][(name, best)]
+        comparisons.append((d.mean, d.low, d.high, f"{best} (first {companion['n']})"))
+    text = "; ".join(f"{_points(mean, low, high)} over {label}" for mean, low, high, label in comparisons)
+    return {
+        "em": results[name]["em"],
+        "text": f"{100 * results[name]['em']:.1f}: {text}" if comparisons else f"{100 * results[name]['em']:.1f}: no baseline",
+        "matches": bool(comparisons) and all(c[0] >= -1e-9 for c in comparisons),
+        "beats": bool(comparisons) and all(c[0] > 1e-9 for c in comparisons),
+        "clear": bool(comparisons) and all(c[1] > 0 for c in comparisons),
+    }
+
+
+def across_sets(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]]) -> list[str]:
+    """The EM target over every data set (Markdown lines): auto, and each set's best engine strategy,
+    at least match the best baseline on every set and beat it on at least two. ``runs`` pairs each
+    run's summary with its sibling's results (:func:`companion_results`); runs without auto are left out."""
+    runs = [(s, c) for s, c in runs if "auto" in s["results"] and s["results"]["auto"]["em"] is not None]
+    if not runs:
+        return []
+    lines = [
+        "| set | auto | best engine strategy |",
+        "|---|---|---|",
+    ]
+    verdicts: dict[str, list[dict[str, Any]]] = {"auto": [], "best": []}
+    for summary, companion in runs:
+        engine = [n for n in ENGINE_NAMES if n in summary["results"] and summary["results"][n]["em"] is not None]
+        top = max(engine, key=lambda n: summary["results"][n]["em"])
+        mine, best = standing(summary, companion, "auto"), standing(summary, companion, top)
+        verdicts["auto"].append(mine)
+        verdicts["best"].append(best)
+        lines.append(f"| {summary['dataset']} (n={summary['n']}) | {mine['text']} | {top} {best['text']} |")
+    lines += ["", "| target | measured | verdict |", "|---|---|---|"]
+    for key, label in (("auto", "auto"), ("best", "the best engine strategy of each set")):
+        rows = verdicts[key]
+        matched, beaten, clear = (sum(r[k] for r in rows) for k in ("matches", "beats", "clear"))
+        lines.append(
+            f"| {label} at least matches the best baseline on every set and beats it on at least two "
+            f"| matches on {matched} of {len(rows)}, beats on {beaten} (interval above zero on {clear}) "
+            f"| {_verdict(matched == len(rows) and beaten >= min(2, len(rows)))} |"
+        )
+    return lines
