@@ -459,3 +459,15 @@ def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_fin
         "results": {"ircot": {"em": 1.0, "seconds": 5.0}, "self-ask": {"em": 0.0, "seconds": 1.0}, "auto": {"em": 1.0, "seconds": 2.0}},
     }
     assert {pair: d.mean for pair, d in found["differences"].items()} == {("auto", "ircot"): 0.0, ("auto", "self-ask"): 1.0}
+
+
+def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_apart():
+    from nlqo.eval.report import overview
+
+    def run(folder: str, n: int, results: dict, quantize: str = "none") -> dict:
+        return {"dataset": "d", "folder": folder, "n": n, "strategies": list(results), "meta": {"quantize": quantize},
+                "results": {k: {"em": em, "seconds": 1.0} for k, em in results.items()}}  # fmt: skip
+
+    lines = overview([run("runs/d", 200, {"auto": 0.5}), run("runs/d-baselines", 100, {"ircot": 0.25}), run("bench/d", 50, {"ircot": 0.1}, "int8")])
+    assert lines[2] == "| strategy | d (n=200) | d (n=50, int8 (lossy)) |"
+    assert lines[4:6] == ["| auto | 50.0 · 1.0 s | - |", "| ircot | 25.0 · 1.0 s (first 100) | 10.0 · 1.0 s |"]

@@ -22,7 +22,7 @@ from nlqo.eval import plan_pages
 from nlqo.eval.plots import PLOTS
 from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, kinds_table, markdown_table
-from nlqo.eval.targets import across_sets, companion_results, targets
+from nlqo.eval.targets import COMPANION, across_sets, companion_results, targets
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
 
@@ -276,34 +276,50 @@ def _run_label(summary: dict[str, Any]) -> str:
 
     >>> _run_label({"dataset": "d1", "folder": "runs/d1"}), _run_label({"dataset": "d1", "folder": "ablations/tau"})
     ('d1', 'd1 tau')
+    >>> _run_label({"dataset": "d1", "folder": "runs/d1-baselines"})
+    'd1-baselines'
     """
     folder = Path(summary.get("folder", summary["dataset"])).name
-    return summary["dataset"] if folder == summary["dataset"] else f"{summary['dataset']} {folder}"
+    return folder if folder.startswith(summary["dataset"]) else f"{summary['dataset']} {folder}"
 
 
 def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
-    """EM and seconds per question of every strategy on every run, one column per run.
+    """EM and seconds per question of every strategy on every run, one column per run; a
+    ``-baselines`` run shares its main run's column, its cells marked with its question count.
 
     >>> runs = [{"dataset": "d1", "n": 2, "strategies": ["a"], "results": {"a": {"em": 0.5, "seconds": 3.0}}},
-    ...         {"dataset": "d2", "n": 1, "strategies": ["a", "b"], "results": {"a": {"em": 1.0, "seconds": 2.0}, "b": {"em": 0.0, "seconds": 1.0}}}]
-    >>> print("\\n".join(overview(runs)[2:6]))
+    ...         {"dataset": "d2", "n": 1, "strategies": ["a", "b"], "results": {"a": {"em": 1.0, "seconds": 2.0}, "b": {"em": 0.0, "seconds": 1.0}}},
+    ...         {"dataset": "d1", "folder": "runs/d1-baselines", "n": 1, "strategies": ["c"], "results": {"c": {"em": 1.0, "seconds": 9.0}}}]
+    >>> print("\\n".join(overview(runs)[2:7]))
     | strategy | d1 (n=2) | d2 (n=1) |
     |---|---|---|
     | a | 50.0 · 3.0 s | 100.0 · 2.0 s |
     | b | - | 0.0 · 1.0 s |
+    | c | 100.0 · 9.0 s (first 1) | - |
     """
     if len(runs) < 2:
         return []
+    columns: dict[tuple[str, str], list[dict[str, Any]]] = {}  # (label, lossy): its runs, the main run first
+    for s in runs:
+        label, lossy = _run_label(s), _lossy(s.get("meta", {}))
+        main = (label.removesuffix(COMPANION), lossy)
+        key = main if label.endswith(COMPANION) and main in columns else (label, lossy)
+        columns.setdefault(key, []).append(s)
     names = list(dict.fromkeys(n for s in runs for n in s["strategies"]))
-    columns = " | ".join(f"{_run_label(s)} (n={s['n']}{_lossy(s.get('meta', {}))})" for s in runs)
-    lines = ["## Overview", "", f"| strategy | {columns} |", "|---|" + "---|" * len(runs)]
+    heads = " | ".join(f"{label} (n={group[0]['n']}{lossy})" for (label, lossy), group in columns.items())
+    lines = ["## Overview", "", f"| strategy | {heads} |", "|---|" + "---|" * len(columns)]
     for name in names:
         cells = []
-        for s in runs:
-            r = s["results"].get(name)
-            cells.append("-" if r is None or r["em"] is None else f"{100 * r['em']:.1f} · {r['seconds']:.1f} s")
+        for group in columns.values():
+            found = [run for run in group if name in run["results"] and run["results"][name]["em"] is not None]
+            if not found:
+                cells.append("-")
+                continue
+            r = found[0]["results"][name]
+            first = f" (first {found[0]['n']})" if found[0] is not group[0] else ""
+            cells.append(f"{100 * r['em']:.1f} · {r['seconds']:.1f} s{first}")
         lines.append(f"| {name} | {' | '.join(cells)} |")
-    return [*lines, "", "EM (%) · seconds per question; each run's section below has the rest.", ""]
+    return [*lines, "", "EM (%) · seconds per question; '(first n)': a strategy of the set's `-baselines` run, on the first n questions only; each run's section below has the rest.", ""]
 
 
 def targets_section(runs: Sequence[dict[str, Any]]) -> list[str]:
