@@ -4,12 +4,11 @@ loopback, and generation against a real llama-cpp-python server (``-m server``).
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Iterator
 
 import pytest
 from llama_server import MODEL_ALIAS, free_port, llama_server_fixture
+from loopback import Loopback, QuietHandler
 
 from nlqo.errors import LLMError
 from nlqo.llm.base import LLM, ChatMessage
@@ -23,7 +22,7 @@ CHAT_OK = {
 COMPLETE_OK = {"choices": [{"text": " 4, 5", "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
 
 
-class Stub:
+class Stub(Loopback):
     """A loopback HTTP server answering POSTs from a script of (status, headers, body) replies.
 
     A reply of None drops the connection without answering. The last reply repeats.
@@ -34,7 +33,7 @@ class Stub:
         self.requests: list[tuple[str, dict, dict]] = []
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length))
@@ -45,27 +44,9 @@ class Stub:
                     self.close_connection = True
                     return
                 status, headers, payload = reply
-                data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-                self.send_response(status)
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                self.reply(status, payload, headers)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "Stub":
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def backend(url: str, sleeps: list[float] | None = None, **options) -> OpenAICompatLLM:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from loopback import Loopback, QuietHandler
 
 from nlqo.cost import load_cost_model
 from nlqo.execute.lower import BackendProfile, lower, measure_profile
@@ -32,7 +32,7 @@ BRANCHING = parse(
 )
 
 
-class SlotServer:
+class SlotServer(Loopback):
     """A loopback OpenAI-style server with ``slots`` slots: a request waits for a free slot, then takes
     ``prefill_ms`` per computed prompt token (words) and ``decode_ms`` per generated token. A prompt
     equal to the last one a slot saw is served from that slot's cache (reported as cached tokens).
@@ -45,17 +45,17 @@ class SlotServer:
         taken = threading.Lock()
         stub = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 stub.gets.append(self.path)
                 if len(stub.gets) <= stub.loading:
-                    self._send(503, {"error": {"message": "Loading model", "code": 503}})
+                    self.reply(503, {"error": {"message": "Loading model", "code": 503}})
                 elif self.path == "/props" and stub.report == "props":
-                    self._send(200, {"total_slots": stub.slots, "default_generation_settings": {}})
+                    self.reply(200, {"total_slots": stub.slots, "default_generation_settings": {}})
                 elif self.path == "/slots" and stub.report in ("props", "slots"):
-                    self._send(200, [{"id": i} for i in range(stub.slots)])
+                    self.reply(200, [{"id": i} for i in range(stub.slots)])
                 else:
-                    self._send(404, {"error": "not found"})
+                    self.reply(404, {"error": "not found"})
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
@@ -70,28 +70,9 @@ class SlotServer:
                     with taken:
                         last[slot] = prompt
                 usage = {"prompt_tokens": tokens, "completion_tokens": body["max_tokens"], "prompt_tokens_details": {"cached_tokens": cached}}
-                self._send(200, {"choices": [{"text": " x", "finish_reason": "length"}], "usage": usage})
+                self.reply(200, {"choices": [{"text": " x", "finish_reason": "length"}], "usage": usage})
 
-            def _send(self, status, payload):
-                data = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> SlotServer:
-        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
 
 def server_profile(llm: OpenAICompatLLM) -> BackendProfile:
