@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import re
+import shutil
 
 import attrs
 import pytest
@@ -220,7 +221,11 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     assert "| toy | toy-run | 5 | no-rag, standard-rag, ircot, self-ask | scripted |" in text
     assert "Targets:" not in text  # they compare auto with the others: nothing to check without auto
     assert "[answers.md](../toy-run/answers.md)" in text
-    assert (tmp_path / "docs" / "benchmarks" / "toy-run" / "hops_histogram.png").is_file()
+    assert (tmp_path / "docs" / "benchmarks" / tmp_path.name / "toy-run" / "hops_histogram.png").is_file()
+    shutil.copytree(tmp_path / "toy-run", tmp_path / "int8" / "toy-run")  # a run of the same name elsewhere keeps its own plots
+    write_report([tmp_path / "toy-run", tmp_path / "int8" / "toy-run"], docs)
+    links = re.findall(r"!\[toy hops_histogram\]\((.*?)\)", docs.read_text())
+    assert links == [f"benchmarks/{tmp_path.name}/toy-run/hops_histogram.png", "benchmarks/int8/toy-run/hops_histogram.png"]
     assert "### ircot" in text and "So the answer is:" in text  # baselines documented from the code
     docs.write_text(text + "\nHand-written notes stay.\n")
     write_report([tmp_path / "toy-run"], docs)

@@ -1,7 +1,7 @@
 """Generate ``docs/benchmarks.md`` from bench result folders (never edited by hand).
 
 The generated part sits between ``<!-- BEGIN bench-report -->`` and ``<!-- END bench-report -->``;
-text outside the markers is kept. Plots are copied to ``docs/benchmarks/<run>/``.
+text outside the markers is kept. Plots are copied to ``docs/benchmarks/<parent>/<run>/``.
 """
 
 from __future__ import annotations
@@ -167,7 +167,10 @@ def _remaining(summary: dict[str, Any]) -> str:
 
 
 def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
-    slug = Path(summary["folder"]).resolve().name
+    """Copy a run's plots to ``docs/benchmarks/<parent>/<folder>/`` (runs of the same name in other
+    folders, an int8 run beside a faithful one, keep their own) and link them."""
+    folder = Path(summary["folder"]).resolve()
+    slug = f"{folder.parent.name}/{folder.name}"
     target = docs.parent / "benchmarks" / slug
     target.mkdir(parents=True, exist_ok=True)
     links = []
