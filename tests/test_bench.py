@@ -479,3 +479,14 @@ def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_a
     lines = overview([run("runs/d", 200, {"auto": 0.5}), run("runs/d-baselines", 100, {"ircot": 0.25}), run("bench/d", 50, {"ircot": 0.1}, "int8")])
     assert lines[2] == "| strategy | d (n=200) | d (n=50, int8 (lossy)) |"
     assert lines[4:6] == ["| auto | 50.0 · 1.0 s | - |", "| ircot | 25.0 · 1.0 s (first 100) | 10.0 · 1.0 s |"]
+
+
+def test_the_sets_plot_has_a_panel_per_set(tmp_path):
+    from matplotlib.image import imread
+
+    from nlqo.eval.plots import em_vs_seconds_sets
+
+    points = [("standard-rag", 0.4, 10.0, 50, False), ("ircot", 0.32, 48.0, 25, True)]
+    one = imread(em_vs_seconds_sets([("a (n=50)", points)], tmp_path / "one.png"))
+    three = imread(em_vs_seconds_sets([("a", points), ("b", points), ("c", points[:1])], tmp_path / "three.png"))
+    assert one.shape[0] == three.shape[0] and three.shape[1] > 2 * one.shape[1] - 300  # panels side by side

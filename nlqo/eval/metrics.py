@@ -6,6 +6,7 @@ For yes/no questions the prediction is first reduced to its first "yes" or "no".
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
@@ -151,6 +152,22 @@ def bootstrap_diff(
     tail = (1 - confidence) / 2 * 100
     low, high = np.percentile(means, [tail, 100 - tail])
     return Interval(round(float(diff.mean()), 10), round(float(low), 10), round(float(high), 10))
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """The Wilson score 95% interval of a proportion (EM over ``n`` questions).
+
+    >>> [round(x, 3) for x in wilson_interval(5, 50)]
+    [0.043, 0.214]
+    >>> wilson_interval(0, 0)
+    (0.0, 1.0)
+    """
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def _title_key(title: str) -> str:

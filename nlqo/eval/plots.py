@@ -45,6 +45,41 @@ def em_vs_seconds(summary: dict[str, Any], path: Path) -> Path:
     return path
 
 
+def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, float, int, bool]]]], path: Path) -> Path:
+    """One panel per data set: EM (%) with its 95% Wilson interval against mean seconds per question,
+    for ``(title, [(strategy, em, seconds, n, other_run), ...])``; ``other_run`` points (a strategy
+    measured on fewer questions, in a sibling run) are hollow and named with their ``n``."""
+    from nlqo.eval.metrics import wilson_interval
+
+    fig = _figure(4.2 * len(panels) + 1.6, 4.4)
+    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    names = list(dict.fromkeys(name for _, points in panels for name, *_ in points))
+    for ax, (title, points) in zip(axes, panels):
+        for name, em, seconds, n, other_run in points:
+            low, high = wilson_interval(em * n, n)
+            colour = f"C{names.index(name) % 10}"
+            ax.errorbar(seconds, 100 * em, yerr=[[100 * (em - low)], [100 * (high - em)]], fmt="none", ecolor=colour, alpha=0.35, capsize=2)
+            ax.scatter(seconds, 100 * em, s=55, marker=MARKERS[names.index(name) % len(MARKERS)], alpha=0.9,
+                       facecolors="none" if other_run else colour, edgecolors=colour, label=name + (f" (n={n})" if other_run else ""))  # fmt: skip
+        from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
+
+        ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 50, 100, 200, 500]))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("seconds per question (mean, log)")
+        ax.grid(alpha=0.3, which="both")
+    axes[0].set_ylabel("EM (%), 95% interval")
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label.split(" (n=")[0] + (" (fewer questions)" if " (n=" in label else ""), handle)
+    fig.legend(handles.values(), handles.keys(), fontsize=8, loc="outside right center")
+    fig.savefig(path, dpi=120)
+    return path
+
+
 def tokens_per_question(summary: dict[str, Any], rows: Mapping[str, Sequence[dict[str, Any]]], path: Path) -> Path:
     """Generated tokens per question (box plot) and mean prompt tokens computed vs from cache."""
     names = summary["strategies"]

@@ -19,7 +19,7 @@ import attrs
 from nlqo.docblocks import write_block
 from nlqo.errors import ConfigError
 from nlqo.eval import plan_pages
-from nlqo.eval.plots import PLOTS
+from nlqo.eval.plots import PLOTS, em_vs_seconds_sets
 from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, kinds_table, markdown_table
 from nlqo.eval.targets import COMPANION, across_sets, companion_results, targets
@@ -27,6 +27,8 @@ from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPr
 from nlqo.strategies.baselines import BASELINES
 
 BLOCK = "bench-report"
+SETS_PLOT = "em_vs_seconds_sets.png"
+"""The report's plot of every strategy on every set, beside ``docs``'s folder ``benchmarks/``."""
 MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
 PROMPTS = {"no-rag": (NO_RAG,), "standard-rag": (STANDARD_RAG,), "iter-retgen": (STANDARD_RAG,), "ircot": (IRCOT,), "self-ask": (SELF_ASK,)}
 
@@ -325,14 +327,28 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     return [*lines, "", "EM (%) · seconds per question; '(first n)': a strategy of the set's `-baselines` run, on the first n questions only; each run's section below has the rest.", ""]
 
 
-def targets_section(runs: Sequence[dict[str, Any]]) -> list[str]:
-    """The EM target across the data sets, over the runs of the faithful runtime that have a
-    ``-baselines`` sibling (the issue's runs; ablations and lossy runs have none)."""
+def targets_section(runs: Sequence[dict[str, Any]], docs: Path) -> list[str]:
+    """The targets across the data sets and a plot of every strategy on every set, over the runs of
+    the faithful runtime that have a ``-baselines`` sibling (the issue's runs; ablations and lossy
+    runs have none)."""
     faithful = [(s, companion_results(s["folder"])) for s in runs if not _lossy(s.get("meta", {}))]
-    table = across_sets([(s, c) for s, c in faithful if c is not None])
+    paired = [(s, c) for s, c in faithful if c is not None]
+    table = across_sets(paired)
     if not table:
         return []
+    panels = []
+    for s, c in paired:
+        points = [(n, r["em"], r["seconds"], s["n"], False) for n, r in s["results"].items() if r["em"] is not None and r["seconds"]]
+        points += [(n, r["em"], r["seconds"], c["n"], True) for n, r in c["results"].items() if n not in s["results"] and r["seconds"]]
+        panels.append((f"{s['dataset']} (n={s['n']})", points))
+    (docs.parent / "benchmarks").mkdir(parents=True, exist_ok=True)
+    em_vs_seconds_sets(panels, docs.parent / "benchmarks" / SETS_PLOT)
     return [
+        f"![EM against seconds per question on every set](benchmarks/{SETS_PLOT})",
+        "",
+        "Every strategy on every set: EM with its 95% interval (Wilson) against seconds per question; hollow "
+        "markers are the `-baselines` runs' strategies, on their first questions only.",
+        "",
         "## Targets across the sets",
         "",
         "On each set a strategy *matches* the best baseline when its EM is at least every baseline's: standard-rag's "
@@ -369,7 +385,7 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
-    lines += ["", *overview(runs), *targets_section(runs), "## Results", ""]
+    lines += ["", *overview(runs), *targets_section(runs, docs), "## Results", ""]
     lines += [run_section(s, docs) for s in runs] or ["No results yet.", ""]
     lines.append(baselines_section())
     return "\n".join(lines)
