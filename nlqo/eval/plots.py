@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from nlqo.eval.metrics import wilson_interval
+
 PLOTS = ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")
 
 
@@ -48,8 +50,8 @@ def em_vs_seconds(summary: dict[str, Any], path: Path) -> Path:
 def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, float, int, bool]]]], path: Path) -> Path:
     """One panel per data set: EM (%) with its 95% Wilson interval against mean seconds per question,
     for ``(title, [(strategy, em, seconds, n, other_run), ...])``; ``other_run`` points (a strategy
-    measured on fewer questions, in a sibling run) are hollow and named with their ``n``."""
-    from nlqo.eval.metrics import wilson_interval
+    measured on fewer questions, in a sibling run) are hollow."""
+    from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
 
     fig = _figure(4.2 * len(panels) + 1.6, 4.4)
     axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
@@ -60,9 +62,7 @@ def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, fl
             colour = f"C{names.index(name) % 10}"
             ax.errorbar(seconds, 100 * em, yerr=[[100 * (em - low)], [100 * (high - em)]], fmt="none", ecolor=colour, alpha=0.35, capsize=2)
             ax.scatter(seconds, 100 * em, s=55, marker=MARKERS[names.index(name) % len(MARKERS)], alpha=0.9,
-                       facecolors="none" if other_run else colour, edgecolors=colour, label=name + (f" (n={n})" if other_run else ""))  # fmt: skip
-        from matplotlib.ticker import FixedLocator, NullLocator, ScalarFormatter
-
+                       facecolors="none" if other_run else colour, edgecolors=colour, label=name + (" (fewer questions)" if other_run else ""))  # fmt: skip
         ax.set_xscale("log")
         ax.xaxis.set_major_locator(FixedLocator([1, 2, 5, 10, 20, 50, 100, 200, 500]))
         ax.xaxis.set_minor_locator(NullLocator())
@@ -74,7 +74,7 @@ def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, fl
     handles: dict[str, Any] = {}
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label.split(" (n=")[0] + (" (fewer questions)" if " (n=" in label else ""), handle)
+            handles.setdefault(label, handle)
     fig.legend(handles.values(), handles.keys(), fontsize=8, loc="outside right center")
     fig.savefig(path, dpi=120)
     return path

@@ -60,12 +60,8 @@ def _points(diff: float, low: float, high: float) -> str:
 
 def _diff(summary: dict[str, Any], a: str, b: str) -> str:
     """``a``'s EM minus ``b``'s with its paired interval, from the summary's differences."""
-    for d in summary.get("em_differences", ()):
-        if {d["a"], d["b"]} == {a, b}:
-            sign = 1 if d["a"] == a else -1
-            low, high = sorted((sign * d["low"], sign * d["high"]))
-            return ", " + _points(sign * d["diff"], low, high)
-    return ""
+    d = _interval(summary, a, b)
+    return ", " + _points(*d) if d else ""
 
 
 def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
