@@ -69,6 +69,7 @@ def test_explain_plans_with_the_users_cost_model_and_rules(fake_parts, cost_file
     assert main(["explain", QUESTION, "--index", "unused", "--format", "json", "--quiet", "--rules", str(tmp_path / "none_but_normalise.rules"), "--rules", "none"]) == 0
 
 
+@pytest.mark.filterwarnings("error::UserWarning")  # plots fit their layout with long ablation names
 def test_bench_varies_the_cost_model_as_an_ablation_axis(fake_parts, cost_files, tmp_path, monkeypatch, capsys):
     import types
 

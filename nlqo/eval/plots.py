@@ -80,18 +80,35 @@ def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, fl
     return path
 
 
+def _tick(name: str, width: int = 28) -> str:
+    """A strategy name short enough for a rotated tick label (an ablation's file path can fill the figure).
+
+    >>> _tick("tree[cost_model=/tmp/pytest-of-root/pytest-7/chain.cost]")
+    'tree[cost_model=…chain.cost]'
+    >>> _tick("auto")
+    'auto'
+    """
+    if len(name) <= width:
+        return name
+    head, _, rest = name.partition("=")
+    tail = rest.rsplit("/", 1)[-1]
+    short = f"{head}=…{tail}" if rest else name
+    return short if len(short) <= width else short[: width - 1] + "…"
+
+
 def tokens_per_question(summary: dict[str, Any], rows: Mapping[str, Sequence[dict[str, Any]]], path: Path) -> Path:
     """Generated tokens per question (box plot) and mean prompt tokens computed vs from cache."""
     names = summary["strategies"]
+    labels = [_tick(n) for n in names]
     fig = _figure(max(6.4, 1.1 * len(names) + 2), 4.6)
     left, right = fig.subplots(1, 2)
     left.boxplot([[r["generated_tokens"] for r in rows[n]] or [0] for n in names])
-    left.set_xticks(range(1, len(names) + 1), names)
+    left.set_xticks(range(1, len(names) + 1), labels)
     left.set_title("generated tokens per question")
     computed = [summary["results"][n]["computed_prompt_tokens"] or 0 for n in names]
     cached = [summary["results"][n]["cached_prompt_tokens"] or 0 for n in names]
-    right.bar(names, computed, label="computed")
-    right.bar(names, cached, bottom=computed, label="from cache")
+    right.bar(labels, computed, label="computed")
+    right.bar(labels, cached, bottom=computed, label="from cache")
     right.set_title("prompt tokens per question (mean)")
     right.legend(fontsize=8)
     for ax in (left, right):
