@@ -184,7 +184,7 @@ def _copy_plots(summary: dict[str, Any], docs: Path) -> list[str]:
     return links
 
 
-def run_section(summary: dict[str, Any], docs: Path) -> str:
+def run_section(summary: dict[str, Any], docs: Path, companion: dict[str, Any] | None = None) -> str:
     """One run: setup, results table, EM differences, targets and plots."""
     meta = summary["meta"]
     against = "auto" if "auto" in summary["strategies"] else None
@@ -225,7 +225,7 @@ def run_section(summary: dict[str, Any], docs: Path) -> str:
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
-        lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary, companion_results(summary["folder"]))]
+        lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary, companion)]
     lines += ["", *_copy_plots(summary, docs), ""]
     return "\n".join(lines)
 
@@ -327,12 +327,11 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     return [*lines, "", "EM (%) · seconds per question; '(first n)': a strategy of the set's `-baselines` run, on the first n questions only; each run's section below has the rest.", ""]
 
 
-def targets_section(runs: Sequence[dict[str, Any]], docs: Path) -> list[str]:
+def targets_section(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]], docs: Path) -> list[str]:
     """The targets across the data sets and a plot of every strategy on every set, over the runs of
     the faithful runtime that have a ``-baselines`` sibling (the issue's runs; ablations and lossy
-    runs have none)."""
-    faithful = [(s, companion_results(s["folder"])) for s in runs if not _lossy(s.get("meta", {}))]
-    paired = [(s, c) for s, c in faithful if c is not None]
+    runs have none); ``runs`` pairs each run's summary with :func:`companion_results`."""
+    paired = [(s, c) for s, c in runs if c is not None and not _lossy(s.get("meta", {}))]
     table = across_sets(paired)
     if not table:
         return []
@@ -385,8 +384,9 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
-    lines += ["", *overview(runs), *targets_section(runs, docs), "## Results", ""]
-    lines += [run_section(s, docs) for s in runs] or ["No results yet.", ""]
+    companions = [companion_results(s["folder"]) for s in runs]  # each run with its -baselines sibling's results
+    lines += ["", *overview(runs), *targets_section(list(zip(runs, companions)), docs), "## Results", ""]
+    lines += [run_section(s, docs, c) for s, c in zip(runs, companions)] or ["No results yet.", ""]
     lines.append(baselines_section())
     return "\n".join(lines)
 

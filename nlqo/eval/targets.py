@@ -8,7 +8,7 @@ exactly those questions.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.records import read_records
@@ -78,10 +78,8 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
         return [("auto is part of the run", "no auto results", "not measured")]
     rows = []
     baselines = {n: results[n] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
-    engine = {n: results[n] for n in ENGINE_NAMES if n in results and results[n]["em"] is not None}
-    top = max(engine, key=lambda n: engine[n]["em"]) if engine else "auto"
-    if baselines:
-        best = max(baselines, key=lambda n: baselines[n]["em"])
+    top = best_of(results, ENGINE_NAMES) or "auto"
+    if best := best_of(results, BASELINE_NAMES):
         for name, label in (("auto", "auto"), (top, f"best engine strategy ({top})")):
             rows.append((f"{label} EM >= best baseline's ({best})",
                          f"{100 * results[name]['em']:.1f} vs {100 * baselines[best]['em']:.1f}{_diff(summary, name, best)}",
@@ -91,8 +89,7 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
     # the other baselines, on the first questions their sibling run finished
     other: dict[str, Any] = companion or {"results": {}}
     theirs = {n: r for n, r in other["results"].items() if n not in ENGINE_NAMES}
-    if theirs:
-        best = max(theirs, key=lambda n: theirs[n]["em"])
+    if best := best_of(theirs, theirs):
         for name in (n for n in dict.fromkeys(("auto", top)) if n in other["results"]):
             em, d = other["results"][name]["em"], other["differences"][(name, best)]
             rows.append((f"{name} EM >= the other baselines' best ({best}, first {other['n']})",
@@ -137,6 +134,18 @@ def _verdict(ok: bool) -> str:
     return "met" if ok else "**not met**"
 
 
+def best_of(results: dict[str, Any], names: Iterable[str]) -> str | None:
+    """Of ``names``, the strategy with the highest EM in ``results`` (the first on a tie); None if
+    none was measured.
+
+    >>> best_of({"a": {"em": 0.2}, "b": {"em": 0.4}, "c": {"em": None}}, ("a", "b", "c", "d"))
+    'b'
+    """
+    wanted = set(names)
+    found = [n for n, r in results.items() if n in wanted and r["em"] is not None]
+    return max(found, key=lambda n: results[n]["em"]) if found else None
+
+
 def _interval(summary: dict[str, Any], a: str, b: str) -> tuple[float, float, float] | None:
     """``a``'s EM minus ``b``'s and its paired interval, from the summary's differences."""
     for d in summary.get("em_differences", ()):
@@ -160,15 +169,12 @@ def standing(summary: dict[str, Any], companion: dict[str, Any] | None, name: st
     """
     results = summary["results"]
     comparisons = []  # (EM difference, low, high, label)
-    baselines = {n: r for n, r in results.items() if n in BASELINE_NAMES and r["em"] is not None}
-    if baselines:
-        best = max(baselines, key=lambda n: baselines[n]["em"])
+    if best := best_of(results, BASELINE_NAMES):
         d = _interval(summary, name, best)
-        mean = results[name]["em"] - baselines[best]["em"]
+        mean = results[name]["em"] - results[best]["em"]
         comparisons.append((mean, *(d[1:] if d else (mean, mean)), best))
-    theirs = {n: r for n, r in (companion or {"results": {}})["results"].items() if n not in ENGINE_NAMES}
-    if theirs and companion and name in companion["results"]:
-        best = max(theirs, key=lambda n: theirs[n]["em"])
+    theirs = [n for n in (companion or {"results": {}})["results"] if n not in ENGINE_NAMES]
+    if companion and name in companion["results"] and (best := best_of(companion["results"], theirs)):
         d = companion["differences"][(name, best)]
         comparisons.append((d.mean, d.low, d.high, f"{best} (first {companion['n']})"))
     text = "; ".join(f"{_points(mean, low, high)} over {label}" for mean, low, high, label in comparisons)
@@ -194,8 +200,7 @@ def across_sets(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]]) ->
     ]
     verdicts: dict[str, list[dict[str, Any]]] = {"auto": [], "best": []}
     for summary, companion in runs:
-        engine = [n for n in ENGINE_NAMES if n in summary["results"] and summary["results"][n]["em"] is not None]
-        top = max(engine, key=lambda n: summary["results"][n]["em"])
+        top = best_of(summary["results"], ENGINE_NAMES) or "auto"
         mine, best = standing(summary, companion, "auto"), standing(summary, companion, top)
         verdicts["auto"].append(mine)
         verdicts["best"].append(best)
