@@ -104,14 +104,14 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
                  _verdict(not dominating) if pool else "not measured"))  # fmt: skip
     if "iter-retgen" in results and results["iter-retgen"]["seconds"]:
         ratio = auto["seconds"] / results["iter-retgen"]["seconds"]
-        rows.append(("auto s/question <= iter-retgen's", f"{ratio:.2f}x ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
+        rows.append(("auto s/question <= iter-retgen's", f"{_ratio(ratio, 1.0)} ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
     else:
         rows.append(("auto s/question <= iter-retgen's", "no iter-retgen results", "not measured"))
     ircot = other["results"].get("ircot")
     if ircot and ircot["seconds"]:
         mine = other["results"]["auto"]
         ratio = mine["seconds"] / ircot["seconds"]
-        rows.append(("auto s/question <= 0.5x ircot's", f"{ratio:.2f}x on the first {other['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
+        rows.append(("auto s/question <= 0.5x ircot's", f"{_ratio(ratio, 0.5)} on the first {other['n']} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
     else:
         rows.append(("auto s/question <= 0.5x ircot's", "no ircot results beside this run", "not measured"))
     linear = results.get("linear")
@@ -128,6 +128,18 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
     rows.append(("no demonstration answer without a passage that holds it", ", ".join(f"{n} {v}" for n, v in leaks.items() if v) or ("none" if leaks else "not counted"),
                  _verdict(not any(leaks.values())) if leaks else "not measured"))  # fmt: skip
     return rows
+
+
+def _ratio(value: float, limit: float) -> str:
+    """``value`` as a multiple, with more decimals where two would read as ``limit`` itself.
+
+    >>> _ratio(0.5024, 0.5), _ratio(0.48, 0.5), _ratio(2.153, 1.0), _ratio(0.5, 0.5)
+    ('0.502x', '0.48x', '2.15x', '0.50x')
+    """
+    digits = 2
+    while digits < 6 and value != limit and f"{value:.{digits}f}" == f"{limit:.{digits}f}":
+        digits += 1
+    return f"{value:.{digits}f}x"
 
 
 def _verdict(ok: bool) -> str:
