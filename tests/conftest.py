@@ -5,6 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# No test is timed (speed belongs in benchmarks/): hypothesis's 200 ms deadline per example failed
+# docs/testing.md's tutorial once on a machine busy with a benchmark.
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
