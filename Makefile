@@ -1,6 +1,9 @@
 # Two commands do everything on a fresh machine:
 #   make demo   install into .venv and run the main job on the embedded default model
 #   make test   install the test extras and run the whole test suite
+# This Makefile and its folder, also when another checkout runs it with -f (bench-staged).
+THIS := $(lastword $(MAKEFILE_LIST))
+HERE := $(dir $(THIS))
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -77,13 +80,20 @@ BENCH_STAGES ?= 25 50 100 150 200
 bench: $(addprefix bench-,$(BENCH_SETS)) $(addprefix bench-baselines-,$(BENCH_SETS))
 	$(MAKE) bench-report
 
+# A run that already has a stage's questions is skipped (benchmarks/finished.py): on a new machine
+# it would still build its index. To grow the runs with the code their records were made with, run
+# `make -f /path/to/this/Makefile bench-staged` in a checkout of that commit: its .venv and code.
 bench-staged: install $(VENV)/.model-$(MODEL)
 	for n in $(BENCH_STAGES); do \
-		for s in $(BENCH_SETS); do $(MAKE) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; done; \
 		b=$$(( n < $(BASELINE_LIMIT) ? n : $(BASELINE_LIMIT) )); \
-		for s in $(BENCH_SETS); do $(MAKE) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; done; \
+		for s in $(BENCH_SETS); do \
+			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s)" -ge $$n ] || $(MAKE) -f $(THIS) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; \
+		done; \
+		for s in $(BENCH_SETS); do \
+			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s-baselines)" -ge $$b ] || $(MAKE) -f $(THIS) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; \
+		done; \
 	done
-	$(MAKE) bench-report
+	$(MAKE) -f $(THIS) bench-report
 
 bench-baselines-%: install $(VENV)/.model-$(MODEL)
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --corpus $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(BENCH_OUT)/$*-baselines --model $(MODEL) $(BASELINE_FLAGS)

@@ -83,3 +83,38 @@ def test_the_benchmark_runs_the_five_claimed_strategies_on_200_and_the_other_bas
     assert "--out benchmarks/results/runs/2wiki_dev_300 " in main.stdout
     assert "--limit 100 --strategies no-rag,ircot,self-ask" in baselines.stdout
     assert "--out benchmarks/results/runs/2wiki_dev_300-baselines " in baselines.stdout
+
+
+def test_the_staged_benchmark_skips_runs_that_have_their_stage_and_grows_the_rest(tmp_path):
+    """A real `make bench-staged` with `nlqo` replaced by a script that logs its arguments."""
+    import json
+    import sys
+
+    venv, out, log = tmp_path / "venv", tmp_path / "runs", tmp_path / "calls"
+    venv.mkdir()
+    (venv / ".base").touch()
+    (venv / ".model-m").touch()
+    fake = tmp_path / "nlqo"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    fake.chmod(0o755)
+
+    def records(folder: str, strategies: tuple[str, ...], questions: int) -> None:
+        (out / folder).mkdir(parents=True)
+        rows = [{"qid": f"q{i}", "strategy": s} for i in range(questions) for s in strategies]
+        rows.append({"qid": "q99", "strategy": strategies[0]})  # a question only one strategy finished
+        (out / folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"qid": "q9', encoding="utf-8")
+
+    records("a", ("linear", "auto"), 2)  # has stage 2: skipped
+    records("b", ("linear", "auto"), 1)  # grows
+    records("a-baselines", ("ircot",), 1)  # BASELINE_LIMIT 1: skipped
+    run = subprocess.run(
+        ["make", "bench-staged", f"VENV={venv}", "MODEL=m", f"NLQO={fake}", f"PY={sys.executable}", f"BENCH_OUT={out}",
+         "BENCH_SETS=a b", "BENCH_STAGES=2", "BASELINE_LIMIT=1"],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    calls = log.read_text().splitlines()
+    grown = [c.split("--out ", 1)[1].split()[0] for c in calls if "--questions" in c]
+    assert grown == [f"{out}/b", f"{out}/b-baselines"]
+    assert "--limit 2" in calls[0] and "--limit 1" in calls[1]
+    assert calls[-1].startswith("bench --report")
