@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-# No test is timed (speed belongs in benchmarks/): hypothesis's 200 ms deadline per example failed
-# docs/testing.md's tutorial once on a machine busy with a benchmark.
+# No test is timed (speed belongs in benchmarks/): docs/testing.md's tutorial test failed once on a
+# machine busy with a benchmark, and its one timed setting was hypothesis's 200 ms deadline.
 settings.register_profile("untimed", deadline=None)
 settings.load_profile("untimed")
 
