@@ -13,25 +13,33 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Iterable
 
 
-def finished(folder: Path) -> int:
-    """Questions with a record of every strategy named in ``folder``'s records (0 without records)."""
+def finished_questions(records: Iterable[dict]) -> set[str]:
+    """The questions with a record of every strategy named in ``records``."""
+    done: dict[str, set[str]] = {}
+    for record in records:
+        done.setdefault(record["qid"], set()).add(record["strategy"])
+    names = set().union(*done.values())
+    return {qid for qid, strategies in done.items() if strategies == names}
+
+
+def read_records(folder: Path) -> list[dict]:
+    """``folder``'s records (none without a records file), skipping a line that is not JSON."""
     path = folder / "records.jsonl"
     if not path.is_file():
-        return 0
-    done: dict[str, set[str]] = {}
+        return []
+    records = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            record = json.loads(line)
+            records.append(json.loads(line))
         except json.JSONDecodeError:  # blank, or the last line of an interrupted write: the bench redoes it
             continue
-        done.setdefault(record["qid"], set()).add(record["strategy"])
-    names = set().union(*done.values()) if done else set()
-    return sum(strategies == names for strategies in done.values())
+    return records
 
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
         sys.exit(f"usage: {sys.argv[0]} RESULT_FOLDER")
-    print(finished(Path(sys.argv[1])))
+    print(len(finished_questions(read_records(Path(sys.argv[1])))))

@@ -30,6 +30,9 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from finished import finished_questions  # noqa: E402
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.eval.summary import strategy_summary
 from nlqo.execute.choice import CHOICE_NODE, HELD
@@ -158,7 +161,7 @@ def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
     (in order of first record) its EM, seconds and retrievals per question (the report's means,
     :func:`nlqo.eval.summary.strategy_summary`)."""
     names = list(dict.fromkeys(r["strategy"] for r in records))
-    done = set.intersection(*({r["qid"] for r in records if r["strategy"] == n} for n in names)) if names else set()
+    done = finished_questions(records)
     means = {n: strategy_summary([r for r in records if r["strategy"] == n and r["qid"] in done]) for n in names}
     value = lambda m, field: m[field] or 0.0  # noqa: E731  (hand-made records may lack a field)
     return len(done), [f"{n} {100 * value(m, 'em'):.1f} EM · {value(m, 'seconds'):.1f} s · {value(m, 'retrievals'):.2f} retrievals" for n, m in means.items()]

@@ -49,19 +49,15 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     return {"n": len(done), "results": results, "differences": differences}
 
 
-def _points(diff: float, low: float, high: float) -> str:
-    """An EM difference and its interval in points: ``+2.0 [-4.0, +8.0]`` (no ``-0.0``).
+def _points(diff: float, low: float | None = None, high: float | None = None) -> str:
+    """An EM difference and its interval, if known, in points: ``+2.0 [-4.0, +8.0]`` (no ``-0.0``).
 
-    >>> _points(-0.0, -0.24, 0.2)
-    '+0.0 [-24.0, +20.0]'
+    >>> _points(-0.0, -0.24, 0.2), _points(0.04)
+    ('+0.0 [-24.0, +20.0]', '+4.0')
     """
+    if low is None or high is None:
+        return f"{100 * diff + 0.0:+.1f}"
     return f"{100 * diff + 0.0:+.1f} [{100 * low + 0.0:+.1f}, {100 * high + 0.0:+.1f}]"
-
-
-def _diff(summary: dict[str, Any], a: str, b: str) -> str:
-    """``a``'s EM minus ``b``'s with its paired interval, from the summary's differences."""
-    d = _interval(summary, a, b)
-    return ", " + _points(*d) if d else ""
 
 
 def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) -> list[tuple[str, str, str]]:
@@ -179,7 +175,7 @@ def standing(summary: dict[str, Any], companion: dict[str, Any] | None, name: st
     if companion and name in companion["results"] and (best := best_of(companion["results"], theirs)):
         d = companion["differences"][(name, best)]
         comparisons.append((d.mean, d.low, d.high, f"{best} (first {companion['n']})"))
-    text = "; ".join(f"{_points(mean, low, high) if low is not None and high is not None else f'{100 * mean + 0.0:+.1f}'} over {label}" for mean, low, high, label in comparisons)
+    text = "; ".join(f"{_points(mean, low, high)} over {label}" for mean, low, high, label in comparisons)
     return {
         "em": results[name]["em"],
         "text": f"{100 * results[name]['em']:.1f}: {text}" if comparisons else f"{100 * results[name]['em']:.1f}: no baseline",
