@@ -104,7 +104,7 @@ def test_the_determinism_check_catches_a_metric_that_depends_on_order():
             check_cost_deterministic(model, p, seed=seed)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.builds(Shape, size=st.integers(0, 9), height=st.integers(0, 9), imbalance=st.integers(0, 9), edges=st.integers(0, 9), leaves=st.integers(0, 9)),
        st.sampled_from(FIELDS), st.integers(1, 4))  # fmt: skip
 def test_builtin_metrics_move_as_they_declare(shape, field, step):
