@@ -78,19 +78,20 @@ BENCH_OUT ?= benchmarks/results/runs
 BENCH_STAGES ?= 25 50 100 150 200
 
 bench: $(addprefix bench-,$(BENCH_SETS)) $(addprefix bench-baselines-,$(BENCH_SETS))
-	$(MAKE) bench-report
+	$(MAKE) -f $(THIS) bench-report
 
-# A run that already has a stage's questions is skipped (benchmarks/finished.py): on a new machine
-# it would still build its index. To grow the runs with the code their records were made with, run
-# `make -f /path/to/this/Makefile bench-staged` in a checkout of that commit: its .venv and code.
+# A run that already has a stage's questions (its question file's first n, all of a smaller set)
+# is skipped (benchmarks/finished.py): on a new machine it would still build its index. To grow the
+# runs with the code their records were made with, run `make -f /path/to/this/Makefile
+# bench-staged` in a checkout of that commit: its .venv and code.
 bench-staged: install $(VENV)/.model-$(MODEL)
 	for n in $(BENCH_STAGES); do \
 		b=$$(( n < $(BASELINE_LIMIT) ? n : $(BASELINE_LIMIT) )); \
 		for s in $(BENCH_SETS); do \
-			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s)" -ge $$n ] || $(MAKE) -f $(THIS) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; \
+			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s $(BENCH_DATA)/$$s.jsonl.gz $$n)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; \
 		done; \
 		for s in $(BENCH_SETS); do \
-			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s-baselines)" -ge $$b ] || $(MAKE) -f $(THIS) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; \
+			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s-baselines $(BENCH_DATA)/$$s.jsonl.gz $$b)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; \
 		done; \
 	done
 	$(MAKE) -f $(THIS) bench-report

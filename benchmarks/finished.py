@@ -1,15 +1,18 @@
 """How many questions of a result folder every strategy of its records has finished.
 
     python benchmarks/finished.py benchmarks/results/runs/hotpotqa_dev_199
+    python benchmarks/finished.py benchmarks/results/runs/hotpotqa_dev_199 ../shared/data/hotpotqa_dev_199.jsonl.gz 200
 
-``make bench-staged`` asks it before each run, and skips a run that already has its stage's
-questions: a run that has nothing left to do would still build its index (minutes on a new
-machine, where the folders come from a clone without their indexes) and load the model.
-Only the standard library, so that any checkout's Python can run it.
+The first prints how many questions every strategy has finished; the second how many of the
+question file's first 200 (all 199 of HotpotQA's) are still to run. ``make bench-staged`` asks
+the second before each run, and skips a run with none left: it would still build its index
+(minutes on a new machine, where the folders come from a clone without their indexes) and load
+the model. Only the standard library, so that any checkout's Python can run it.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 from pathlib import Path
@@ -39,7 +42,24 @@ def read_records(folder: Path) -> list[dict]:
     return records
 
 
+def first_question_ids(questions: Path, limit: int) -> list[str]:
+    """The ids of the first ``limit`` questions of a JSON Lines question file, gzipped or not."""
+    opener = gzip.open if questions.suffix == ".gz" else open
+    ids: list[str] = []
+    with opener(questions, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            if len(ids) >= limit:
+                break
+            if line.strip():
+                ids.append(str(json.loads(line)["id"]))
+    return ids
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(f"usage: {sys.argv[0]} RESULT_FOLDER")
-    print(len(finished_questions(read_records(Path(sys.argv[1])))))
+    if len(sys.argv) not in (2, 4):
+        sys.exit(f"usage: {sys.argv[0]} RESULT_FOLDER [QUESTION_FILE LIMIT]")
+    done = finished_questions(read_records(Path(sys.argv[1])))
+    if len(sys.argv) == 2:
+        print(len(done))
+    else:
+        print(len(set(first_question_ids(Path(sys.argv[2]), int(sys.argv[3]))) - done))

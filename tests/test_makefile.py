@@ -87,16 +87,23 @@ def test_the_benchmark_runs_the_five_claimed_strategies_on_200_and_the_other_bas
 
 def test_the_staged_benchmark_skips_runs_that_have_their_stage_and_grows_the_rest(tmp_path):
     """A real `make bench-staged` with `nlqo` replaced by a script that logs its arguments."""
+    import gzip
     import json
     import sys
 
-    venv, out, log = tmp_path / "venv", tmp_path / "runs", tmp_path / "calls"
+    venv, data, out, log = tmp_path / "venv", tmp_path / "data", tmp_path / "runs", tmp_path / "calls"
     venv.mkdir()
+    data.mkdir()
     (venv / ".base").touch()
     (venv / ".model-m").touch()
     fake = tmp_path / "nlqo"
     fake.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     fake.chmod(0o755)
+
+    def questions(name: str, count: int) -> None:
+        rows = "".join(json.dumps({"id": f"q{i}", "question": "?", "answers": ["a"]}) + "\n" for i in range(count))
+        with gzip.open(data / f"{name}.jsonl.gz", "wt", encoding="utf-8") as fh:
+            fh.write(rows)
 
     def records(folder: str, strategies: tuple[str, ...], questions: int) -> None:
         (out / folder).mkdir(parents=True)
@@ -104,12 +111,17 @@ def test_the_staged_benchmark_skips_runs_that_have_their_stage_and_grows_the_res
         rows.append({"qid": "q99", "strategy": strategies[0]})  # a question only one strategy finished
         (out / folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"qid": "q9', encoding="utf-8")
 
+    questions("a", 5)
+    questions("b", 5)
+    questions("c", 1)
     records("a", ("linear", "auto"), 2)  # has stage 2: skipped
     records("b", ("linear", "auto"), 1)  # grows
+    records("c", ("linear", "auto"), 1)  # its one question is all stage 2 can have: skipped
     records("a-baselines", ("ircot",), 1)  # BASELINE_LIMIT 1: skipped
+    records("c-baselines", ("ircot",), 1)
     run = subprocess.run(
         ["make", "bench-staged", f"VENV={venv}", "MODEL=m", f"NLQO={fake}", f"PY={sys.executable}", f"BENCH_OUT={out}",
-         "BENCH_SETS=a b", "BENCH_STAGES=2", "BASELINE_LIMIT=1"],
+         f"BENCH_DATA={data}", "BENCH_SETS=a b c", "BENCH_STAGES=2", "BASELINE_LIMIT=1"],
         cwd=ROOT, capture_output=True, text=True,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
@@ -118,3 +130,25 @@ def test_the_staged_benchmark_skips_runs_that_have_their_stage_and_grows_the_res
     assert grown == [f"{out}/b", f"{out}/b-baselines"]
     assert "--limit 2" in calls[0] and "--limit 1" in calls[1]
     assert calls[-1].startswith("bench --report")
+
+
+def test_finished_counts_the_questions_of_a_stage_still_to_run(tmp_path):
+    import gzip
+    import json
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from finished import first_question_ids
+
+    path = tmp_path / "q.jsonl.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as fh:
+        fh.write("".join(json.dumps({"id": i}) + "\n\n" for i in range(3)))
+    assert first_question_ids(path, 2) == ["0", "1"]
+    assert first_question_ids(path, 200) == ["0", "1", "2"]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "records.jsonl").write_text('{"qid": "1", "strategy": "s"}\n', encoding="utf-8")
+    left = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "finished.py"), str(tmp_path / "run"), str(path), "200"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert left.stdout == "2\n"
