@@ -8,7 +8,8 @@ Prints, per run: each strategy's EM, seconds and retrievals per question over th
 strategy finished (with ``--questions 0:25``, the first 25); the parse failures of tree and auto
 and what ``nlqo.parser.tidy`` makes of each first reply; how the tree's node questions were made (substituted, rewritten, a copy of the main
 question); how many of the tree's leaves name no entity (subject and object both variables, so their retrieval
-has only the predicate to go on); what auto ran (operator) and its EM on each; answers of last resort; per strategy, how
+has only the predicate to go on); what auto ran (operator) and its EM on each, and
+per operator the questions auto got right and linear wrong and the other way round; answers of last resort; per strategy, how
 many runs that retrieved every gold passage still answered wrong, and how many answers to a
 comparison question (the question file's type, when run.json's file is at hand) name none of the
 things the question names; how many answers to a choice question the run's own text linked to one
@@ -167,6 +168,19 @@ def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
     return len(done), [f"{n} {100 * value(m, 'em'):.1f} EM · {value(m, 'seconds'):.1f} s · {value(m, 'retrievals'):.2f} retrievals" for n, m in means.items()]
 
 
+def auto_against_linear(records: list[dict]) -> dict[str, tuple[int, int]]:
+    """On the questions both plain ``auto`` and ``linear`` answered, per operator auto ran: how
+    many auto got right and linear wrong, and how many the other way round (what auto's plan
+    hints, its one difference from linear where it ran the linear template, won and lost)."""
+    linear = {r["qid"]: r["em"] for r in records if r["strategy"] == "linear"}
+    won_lost: dict[str, tuple[int, int]] = {}
+    for r in records:
+        if r["strategy"] == "auto" and r["qid"] in linear:
+            won, lost = won_lost.get(r.get("operator") or "not recorded", (0, 0))
+            won_lost[r.get("operator") or "not recorded"] = (won + (r["em"] > linear[r["qid"]]), lost + (r["em"] < linear[r["qid"]]))
+    return dict(sorted(won_lost.items()))
+
+
 def findings(folder: Path, questions: range | None = None) -> None:
     records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
     records = [r for r in records if questions is None or r["index"] in questions]
@@ -226,6 +240,8 @@ def findings(folder: Path, questions: range | None = None) -> None:
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
     print(f"  tree leaves naming no entity (subject and object variables): {len(bare)} of {len(leaves)}" + (f", e.g. {' '.join(bare[0])}" if bare else ""))
     print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
+    if against := auto_against_linear(records):
+        print("  auto right where linear wrong / linear right where auto wrong, by what auto ran: " + ", ".join(f"{op} {won} / {lost}" for op, (won, lost) in against.items()))
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
     print("  choice answers linked to one option by the run's text: " + (", ".join(f"{n} {len(v)} (right {v.count(1.0)})" for n, v in linked.items()) or "none"))
     print("  choice answers asked again among the options: " + (", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items()) or "none"))

@@ -159,3 +159,16 @@ def test_strategy_means_count_only_questions_every_strategy_finished(findings):
 
     records = [run("a", "linear", 1.0, 20.0, 2), run("a", "auto", 0.0, 30.0, 1), run("b", "linear", 0.0, 10.0, 1), run("b", "auto", 1.0, 10.0, 1), run("c", "linear", 1.0, 99.0, 9)]
     assert findings.strategy_means(records) == (2, ["linear 50.0 EM · 15.0 s · 1.50 retrievals", "auto 50.0 EM · 20.0 s · 1.00 retrievals"])
+
+
+def test_auto_against_linear_counts_questions_won_and_lost_per_operator(findings):
+    records = [
+        {"qid": "a", "strategy": "linear", "em": 0.0}, {"qid": "a", "strategy": "auto", "operator": "linear", "em": 1.0},
+        {"qid": "b", "strategy": "linear", "em": 1.0}, {"qid": "b", "strategy": "auto", "operator": "linear", "em": 0.0},
+        {"qid": "c", "strategy": "linear", "em": 1.0}, {"qid": "c", "strategy": "auto", "operator": "linear", "em": 1.0},
+        {"qid": "d", "strategy": "linear", "em": 0.0}, {"qid": "d", "strategy": "auto", "operator": "retrieve", "em": 1.0},
+        {"qid": "e", "strategy": "auto", "operator": "retrieve", "em": 1.0},  # linear has no record: not compared
+        {"qid": "f", "strategy": "linear[question_first=on]", "em": 0.0}, {"qid": "f", "strategy": "auto", "operator": "linear", "em": 1.0},
+    ]  # fmt: skip
+    assert findings.auto_against_linear(records) == {"linear": (1, 1), "retrieve": (1, 0)}
+    assert findings.auto_against_linear([r for r in records if r["strategy"] != "linear"]) == {}
