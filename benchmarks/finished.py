@@ -62,4 +62,8 @@ if __name__ == "__main__":
     if len(sys.argv) == 2:
         print(len(done))
     else:
-        print(len(set(first_question_ids(Path(sys.argv[2]), int(sys.argv[3]))) - done))
+        try:
+            ids = first_question_ids(Path(sys.argv[2]), int(sys.argv[3]))
+        except (OSError, ValueError, KeyError, TypeError) as exc:  # nlqo bench then names the bad file and line
+            sys.exit(f"{sys.argv[0]}: cannot read the question ids of {sys.argv[2]}: {exc!r}")
+        print(len(set(ids) - done))

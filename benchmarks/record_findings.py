@@ -170,14 +170,15 @@ def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
 
 def auto_against_linear(records: list[dict]) -> dict[str, tuple[int, int]]:
     """On the questions both plain ``auto`` and ``linear`` answered, per operator auto ran: how
-    many auto got right and linear wrong, and how many the other way round (what auto's plan
-    hints, its one difference from linear where it ran the linear template, won and lost)."""
+    many auto got right and linear wrong, and how many the other way round (where auto ran the
+    linear template, mostly what its plan hints won and lost)."""
     linear = {r["qid"]: r["em"] for r in records if r["strategy"] == "linear"}
     won_lost: dict[str, tuple[int, int]] = {}
     for r in records:
         if r["strategy"] == "auto" and r["qid"] in linear:
-            won, lost = won_lost.get(r.get("operator") or "not recorded", (0, 0))
-            won_lost[r.get("operator") or "not recorded"] = (won + (r["em"] > linear[r["qid"]]), lost + (r["em"] < linear[r["qid"]]))
+            operator = r.get("operator") or "not recorded"
+            won, lost = won_lost.get(operator, (0, 0))
+            won_lost[operator] = (won + (r["em"] > linear[r["qid"]]), lost + (r["em"] < linear[r["qid"]]))
     return dict(sorted(won_lost.items()))
 
 

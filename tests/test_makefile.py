@@ -152,3 +152,10 @@ def test_finished_counts_the_questions_of_a_stage_still_to_run(tmp_path):
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert left.stdout == "2\n"
+    (tmp_path / "bad.jsonl").write_text('{"id": 1}\nnot json\n', encoding="utf-8")
+    bad = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "finished.py"), str(tmp_path / "run"), str(tmp_path / "bad.jsonl"), "5"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert bad.returncode == 1 and bad.stdout == "" and "Traceback" not in bad.stderr
+    assert f"cannot read the question ids of {tmp_path / 'bad.jsonl'}" in bad.stderr
