@@ -474,6 +474,26 @@ def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_fin
     assert {pair: d.mean for pair, d in found["differences"].items()} == {("auto", "ircot"): 0.0, ("auto", "self-ask"): 1.0}
 
 
+def test_a_leak_in_the_other_baselines_counts_against_the_runs_leak_target(tmp_path):
+    import json
+
+    from nlqo.eval.targets import companion_results, targets
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s-baselines").mkdir()
+    ours = [{"qid": q, "strategy": "auto", "em": 0, "seconds": 2.0, "demo_leak": None} for q in ("a", "b")]
+    theirs = [{"qid": "a", "strategy": "self-ask", "em": 0, "seconds": 1.0, "demo_leak": "Jaws"},
+              {"qid": "b", "strategy": "self-ask", "em": 0, "seconds": 1.0, "demo_leak": None}]  # fmt: skip
+    (tmp_path / "s" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
+    (tmp_path / "s-baselines" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in theirs))
+    companion = companion_results(tmp_path / "s")
+    assert companion["results"]["self-ask"]["demo_leaks"] == 1 and companion["results"]["auto"]["demo_leaks"] == 0
+    summary = {"results": {"auto": {"em": 0.0, "seconds": 2.0, "demo_leaks": 0}}}
+    rows = {t: (m, v) for t, m, v in targets(summary, companion)}
+    assert rows["no demonstration answer without a passage that holds it"] == ("self-ask (first 2) 1", "**not met**")
+    assert {t: (m, v) for t, m, v in targets(summary)}["no demonstration answer without a passage that holds it"] == ("none", "met")
+
+
 def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_apart():
     from nlqo.eval.report import overview
 

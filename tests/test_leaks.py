@@ -39,6 +39,15 @@ def _runs():
     return sorted((ROOT / "benchmarks" / "results" / "runs").glob("*/records.jsonl"))
 
 
+KNOWN_BASELINE_LEAKS = {
+    # self-ask's own demonstration answer (Frankenstein's author's husband), given to a question on
+    # Jason's father (gold "Aeson", so no EM gained); docs/benchmarks.md reports it in MuSiQue's targets.
+    "musique_dev_200-baselines": [("self-ask", "2hop__84439_482364", "Percy Bysshe Shelley")],
+}
+"""The committed baselines' predictions that repeat their prompt's demonstrations (the engine's
+strategies have none): the benchmark reports them as a missed target, and a new one fails the test."""
+
+
 @pytest.mark.skipif(not _runs(), reason="no benchmark run on the default runtime is committed yet")
 @pytest.mark.parametrize("path", _runs(), ids=lambda p: p.parent.name)
 def test_no_committed_prediction_is_a_demonstration_answer_without_support(path):
@@ -47,4 +56,6 @@ def test_no_committed_prediction_is_a_demonstration_answer_without_support(path)
         record = json.loads(line)
         if record.get("demo_leak"):
             leaks.append((record["strategy"], record["qid"], record["answer"]))
-    assert not leaks, f"predictions copied from a prompt's demonstrations: {leaks[:10]}"
+    known = KNOWN_BASELINE_LEAKS.get(path.parent.name, [])
+    assert leaks == known, f"predictions copied from a prompt's demonstrations: {leaks[:10]}"
+    assert not {strategy for strategy, _, _ in leaks} & {"linear", "tree", "auto"}

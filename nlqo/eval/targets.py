@@ -26,7 +26,8 @@ COMPANION = "-baselines"
 def companion_results(folder: str | Path) -> dict[str, Any] | None:
     """The other baselines of ``folder`` (its ``-baselines`` sibling) and the engine's strategies of
     ``folder``, on the questions the sibling finished: ``{"n", "results": {name: {"em", "seconds"}},
-    "differences": {(engine, baseline): paired EM interval}}``."""
+    "differences": {(engine, baseline): paired EM interval}}``; a strategy's results also count its
+    demonstration leaks (``"demo_leaks"``) when its records were checked for them."""
     main, other = Path(folder) / RECORDS, Path(str(folder).rstrip("/") + COMPANION) / RECORDS
     if not (main.is_file() and other.is_file()):
         return None
@@ -43,6 +44,9 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     rows = {n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"]) for n in sorted(names)}
     rows |= {n: sorted((r for r in mine if r["strategy"] == n), key=lambda r: r["qid"]) for n in engine}
     results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
+    for n, rs in rows.items():
+        if any("demo_leak" in r for r in rs):  # records from before the check have no field
+            results[n]["demo_leaks"] = sum(1 for r in rs if r.get("demo_leak"))
     differences = {
         (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]]) for a in engine for b in sorted(names)
     }
@@ -110,6 +114,7 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
     measured = ", ".join(f"{n} {v}" for n, v in failed.items() if v is not None)
     rows.append(("no parse failures (tree, auto)", measured or "no planned runs", _verdict(not any(failed.values())) if measured else "not measured"))
     leaks = {n: r.get("demo_leaks") for n, r in results.items() if r.get("demo_leaks") is not None}
+    leaks |= {f"{n} (first {other['n']})": r["demo_leaks"] for n, r in theirs.items() if r.get("demo_leaks") is not None}
     rows.append(("no demonstration answer without a passage that holds it", ", ".join(f"{n} {v}" for n, v in leaks.items() if v) or ("none" if leaks else "not counted"),
                  _verdict(not any(leaks.values())) if leaks else "not measured"))  # fmt: skip
     return rows
