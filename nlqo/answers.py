@@ -37,11 +37,13 @@ def _first_sentence(line: str) -> str:
     return line
 
 
-def short_answer(text: str) -> str:
+def short_answer(text: str, question: str = "") -> str:
     """The answer as exact match wants it: first line, no scaffold the model went on to write
     (including the linear template's plan-step hints), no sentence after the first,
     no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
-    quoted name when the answer starts with one (``"Title" is ...``).
+    quoted name when the answer starts with one (``"Title" is ...``). An answer that ``question``
+    contains word for word is a name the question offers and stays whole, even when it starts
+    like a yes or no (``No, No, Nanette``).
 
     >>> short_answer(' "Cincinnati".\\nMore text')
     'Cincinnati'
@@ -59,6 +61,8 @@ def short_answer(text: str) -> str:
     'Maria von Trapp'
     >>> short_answer("Warner Bros. Pictures"), short_answer("St. Louis Cardinals"), short_answer("Mark D. Fabiani")
     ('Warner Bros. Pictures', 'St. Louis Cardinals', 'Mark D. Fabiani')
+    >>> short_answer("No, No, Nanette (1930 Film)"), short_answer("No, No, Nanette (1930 Film)", "Which died first, No, No, Nanette (1930 Film) or Up?")
+    ('no', 'No, No, Nanette (1930 Film)')
     >>> short_answer("")
     ''
     """
@@ -67,6 +71,9 @@ def short_answer(text: str) -> str:
     line = _SCAFFOLD_LEAK.split(line, 1)[0]
     line = _first_sentence(line)
     if m := _YES_NO.match(line.strip()):
+        name = line.strip().rstrip(".").strip()
+        if name.lower() != m.group(1).lower() and name.lower() in question.lower():
+            return name
         return m.group(1).lower()
     if m := _QUOTED_START.match(line.strip()):
         return m.group(1).strip()

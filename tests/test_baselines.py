@@ -78,6 +78,14 @@ def test_standard_rag_retrieves_once_and_answers_from_the_passages():
     assert retrieval.text == Q and [p.id for p in retrieval.passages] == ["p1.1", "p1.2"]
 
 
+def test_a_title_the_question_offers_is_not_cut_to_a_bare_no():
+    """2Wiki's question 111: the reply named the first film, whose title starts with "No,"."""
+    question = "Which film has the director died earlier, No, No, Nanette (1930 Film) or What'S Your Husband Doing??"
+    offered = StandardRag(ScriptedLLM([], default="No, No, Nanette (1930 Film)"), FakeRetriever()).run(question)
+    refused = StandardRag(ScriptedLLM([], default="No, it does not say."), FakeRetriever()).run(question)
+    assert (offered.answer, refused.answer) == ("No, No, Nanette (1930 Film)", "no")
+
+
 def test_iter_retgen_retrieves_with_question_plus_previous_generation():
     llm = ScriptedLLM([("T3.1", "Percy Bysshe Shelley"), ("T2.1", "Mary Shelley's husband"), ("T1.1", "Mary Shelley\nwrote it")])
     retriever = FakeRetriever()

@@ -57,7 +57,7 @@ def ask_again(llm: LLM, question: str, refs: Sequence[PassageRef], constraint: C
     at = trace.now_ms()
     out = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens)
     trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, note=note))
-    return short_answer(out.text)
+    return short_answer(out.text, question)
 
 
 def best_passages(result: RunResult, k: int) -> list[PassageRef]:

@@ -110,7 +110,7 @@ class LinearExecutor:
             facts.append(self._read(session, node, query, score, trace, supporting))
         self._newline(session)
         self._append(session, t.final.format(question=question))
-        answer = short_answer(self._generate(session, "answer", trace, self.max_answer_tokens))
+        answer = short_answer(self._generate(session, "answer", trace, self.max_answer_tokens), question)
         return RunResult(
             question=question,
             answer=answer,

@@ -182,7 +182,7 @@ class TreeExecutor:
         out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
         trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
         refs = tuple(PassageRef.from_hit(h) for h in hits)
-        return NodeResult(node=node, question=question, answer=short_answer(out.text), passages=refs)
+        return NodeResult(node=node, question=question, answer=short_answer(out.text, question), passages=refs)
 
     def _rewrite(self, plan: Plan, node: str, children: list[NodeResult], known_lines: str, trace: Trace) -> tuple[str, str]:
         """The LLM's question for ``node`` and the retrieval query (guarded when ``guard_rewrites``)."""

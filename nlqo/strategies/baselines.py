@@ -64,7 +64,7 @@ class NoRag:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
         text = chat(self.llm, NO_RAG, trace, "answer", question=question)
         reason = stop(trace, "answer", "answer")
-        return _result(self.name, question, short_answer(text), trace, started, stop_reason=reason)
+        return _result(self.name, question, short_answer(text, question), trace, started, stop_reason=reason)
 
 
 @attrs.define(eq=False)
@@ -81,7 +81,7 @@ class StandardRag:
         hits = retrieve(self.retriever, question, self.k, trace, "round-1")
         text = chat(self.llm, STANDARD_RAG, trace, "round-1", reference=DOCS.render(hits), question=question)
         reason = stop(trace, "round-1", "answer")
-        return _result(self.name, question, short_answer(text), trace, started, supporting=refs(hits), stop_reason=reason, hops=1)
+        return _result(self.name, question, short_answer(text, question), trace, started, supporting=refs(hits), stop_reason=reason, hops=1)
 
 
 @attrs.define(eq=False)
@@ -108,7 +108,7 @@ class IterRetGen:
             text = chat(self.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
         reason = stop(trace, f"round-{self.rounds}", "max_rounds")
         return _result(
-            self.name, question, short_answer(text), trace, started, supporting=refs(hits), stop_reason=reason, hops=self.rounds
+            self.name, question, short_answer(text, question), trace, started, supporting=refs(hits), stop_reason=reason, hops=self.rounds
         )
 
 
@@ -158,7 +158,7 @@ class IRCoT:
                 break
         stop(trace, node, reason)
         chain = " ".join(thoughts)
-        answer = short_answer(chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain)
+        answer = short_answer(chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain, question)
         best_first = sorted(pool.values(), key=lambda h: -h.score)
         return _result(self.name, question, answer, trace, started, supporting=refs(best_first), stop_reason=reason, hops=hops)
 
@@ -218,7 +218,7 @@ class SelfAsk:
                 hops += 1
         stop(trace, f"round-{r}", reason)
         return _result(
-            self.name, question, short_answer(final_answer(scratch)), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
+            self.name, question, short_answer(final_answer(scratch), question), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
         )
 
 
