@@ -138,8 +138,14 @@ ABLATION_simple-plans := --strategies auto --simple-plans linear,retrieve
 ABLATION_design := --strategies 'standard-rag,iter-retgen,tree[tree_queries=rewrite],tree[tree_queries=substitute],auto[simple_plans=retrieve],auto[simple_plans=retrieve,plan_steps=on],auto[simple_plans=retrieve,plan_hints=off]'
 # The linear template's first hop by the question itself (question-first), on the design run's questions.
 ABLATION_question-first := --strategies 'linear[question_first=off],linear[question_first=on],auto[question_first=on]'
+# auto's seconds against iter-retgen's and ircot's (issue 17's seconds targets), the three side by
+# side in one run on one machine: the benchmark's runs put ircot in a sibling run made hours apart.
+# An experiment may name its own set and size (SET_<name>, LIMIT_<name>).
+ABLATION_timing := --strategies iter-retgen,ircot,auto
+SET_timing := musique_dev_200
+LIMIT_timing := 40
 ABLATIONS := tau kv-reuse alpha relation-cache parallel
-EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans design question-first
+EXPERIMENTS := ir-cleanup plan-hints guard-rewrites tree-queries plan-steps simple-plans design question-first timing
 
 ablations: $(addprefix ablation-,$(ABLATIONS))
 
@@ -147,6 +153,6 @@ experiments: $(addprefix ablation-,$(EXPERIMENTS))
 
 ablation-%: install $(VENV)/.model-$(MODEL)
 	$(if $(ABLATION_$*),,$(error unknown ablation '$*'; the ablations are: $(ABLATIONS) $(EXPERIMENTS)))
-	$(NLQO) bench --questions $(BENCH_DATA)/$(ABLATION_SET).jsonl.gz --corpus $(BENCH_DATA)/$(ABLATION_SET)_corpus.jsonl.gz \
-		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(ABLATION_LIMIT) \
+	$(NLQO) bench --questions $(BENCH_DATA)/$(or $(SET_$*),$(ABLATION_SET)).jsonl.gz --corpus $(BENCH_DATA)/$(or $(SET_$*),$(ABLATION_SET))_corpus.jsonl.gz \
+		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(or $(LIMIT_$*),$(ABLATION_LIMIT)) \
 		$(ABLATION_$*)

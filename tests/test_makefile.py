@@ -22,6 +22,15 @@ def test_each_ablation_runs_its_flags_into_its_own_folder():
     assert "--tau 0.8,0.85,0.9" in plan.stdout and "--out benchmarks/results/ablations-llamacpp/tau" in plan.stdout
 
 
+def test_an_experiment_may_name_its_own_set_and_size():
+    plan = dry_run("ablation-timing")
+    assert plan.returncode == 0, plan.stderr
+    assert "musique_dev_200.jsonl.gz" in plan.stdout and "musique_dev_200_corpus.jsonl.gz" in plan.stdout
+    assert "--limit 40" in plan.stdout and "--strategies iter-retgen,ircot,auto" in plan.stdout
+    others = dry_run("ablation-tau").stdout
+    assert "hotpotqa_dev_199.jsonl.gz" in others and "--limit 20" in others
+
+
 def test_an_unknown_ablation_is_refused_with_the_known_names():
     plan = dry_run("ablation-taux")
     assert plan.returncode != 0
