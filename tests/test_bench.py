@@ -297,6 +297,10 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
     assert on_hotpotqa["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "not a target on HotpotQA")
     faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
     assert rows_of(targets(summary, faster))["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("dominated by self-ask (first 100)", "**not met**")
+    # ircot run beside auto in the same run (make ablation-timing) is the ratio taken, not the sibling's
+    side_by_side = {**summary, "results": {**results, "ircot": {"em": 0.30, "seconds": 7.5}}}
+    assert rows_of(targets(side_by_side, companion))["auto s/question <= 0.5x ircot's"] == ("0.40x in this run (3.00 s vs 7.50 s)", "met")
+    assert rows_of(targets(side_by_side))["auto s/question <= 0.5x ircot's"] == ("0.40x in this run (3.00 s vs 7.50 s)", "met")
 
 
 def _run(dataset: str, ems: dict[str, float], diffs: dict[tuple[str, str], tuple[float, float]]) -> dict:
