@@ -52,6 +52,22 @@ def test_an_empty_answer_is_asked_again_over_the_passages_the_run_retrieved():
     assert trace.steps[-1] is last  # the caller's trace sees the step too
 
 
+def test_a_demonstration_answer_no_passage_holds_is_asked_again():
+    # the linear template's demonstration answers 1979 (Alien's year); these passages hold no year
+    llm = template_llm(" 1979.", "Cincinnati")
+    result = engine(llm).ask(QUESTION)
+    assert result.answer == "Cincinnati" and result.stop_reason.endswith("; fallback_answer")
+    assert "'1979' is a prompt demonstration's" in result.trace[-1].note
+    copied_again = engine(template_llm(" 1979.", "1979")).ask(QUESTION)  # a backend that cannot constrain
+    assert copied_again.answer == "" and copied_again.stop_reason.endswith(f"; {NO_ANSWER}")
+
+
+def test_a_demonstration_answer_a_passage_holds_is_kept():
+    llm = template_llm(" Steven Spielberg.", "Toronto")  # a demonstration's answer, and in the passages
+    result = engine(llm).ask("Who directed Jaws?")
+    assert result.answer == "Steven Spielberg" and "fallback" not in result.stop_reason
+
+
 def test_no_answer_at_all_is_said_in_the_json_and_the_stop_reason():
     result = engine(template_llm(" ", "")).ask(QUESTION)
     assert result.answer == "" and result.stop_reason.endswith(f"; {NO_ANSWER}")

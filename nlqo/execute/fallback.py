@@ -1,6 +1,8 @@
-"""The answer of last resort: a strategy that ends with an empty answer asks once more, for a short
-span of the passages it retrieved; when that is empty too, the result says "no answer" explicitly
-(``stop_reason`` ends in ``no_answer``, EXPLAIN and the JSON show it) instead of an empty string.
+"""The answer of last resort: a strategy that ends with an empty answer, or with a prompt
+demonstration's answer that none of its passages holds (copied from the prompt, not read:
+:func:`nlqo.eval.leaks.demo_leak`), asks once more, for a short span of the passages it retrieved;
+when that is empty too, the result says "no answer" explicitly (``stop_reason`` ends in
+``no_answer``, EXPLAIN and the JSON show it) instead of an empty string.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.answers import short_answer
+from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import Constraint, choice, constrained_chat
@@ -66,15 +69,20 @@ def best_passages(result: RunResult, k: int) -> list[PassageRef]:
 
 
 def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace | None = None) -> RunResult:
-    """``result`` itself when it has an answer; else the answer to one more call, constrained (where
-    the backend can) to a span of the retrieved passages; else ``result`` marked :data:`NO_ANSWER`."""
-    if result.answer.strip():
+    """``result`` itself when it has an answer that is not a demonstration's copied from the prompt;
+    else the answer to one more call, constrained (where the backend can) to a span of the retrieved
+    passages; else ``result`` marked :data:`NO_ANSWER`."""
+    texts = passage_texts(result)
+    copied = demo_leak(result.answer, texts)
+    if result.answer.strip() and not copied:
         return result
     trace = trace or Trace(list(result.trace))
     refs = best_passages(result, k)
     answer = ""
     if refs:
-        note = "the strategy's answer was empty: asked for a span of its passages"
-        answer = ask_again(llm, result.question, refs, span_constraint([r.text for r in refs]), trace, FALLBACK_NODE, note)
+        why = f"the strategy's answer {result.answer!r} is a prompt demonstration's, in none of its passages" if copied else "the strategy's answer was empty"
+        answer = ask_again(llm, result.question, refs, span_constraint([r.text for r in refs]), trace, FALLBACK_NODE, f"{why}: asked for a span of its passages")
+        if demo_leak(answer, texts):  # a backend that cannot constrain the reply copied it again
+            answer = ""
     reason = result.stop_reason + ("; fallback_answer" if answer else f"; {NO_ANSWER}")
     return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=reason)
