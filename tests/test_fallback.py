@@ -80,7 +80,8 @@ def test_spans_are_short_runs_of_the_passages_plus_yes_and_no():
     assert "Cincinnati, Ohio" in found and "Cincinnati" in found and "born in Cincinnati" in found
     assert "Spielberg was born in" not in found  # four words
     assert found[-2:] == ["yes", "no"] and len(found) == len(set(found))
-    assert span_constraint(["a b"]).grammar == 'start: "a" | "a b" | "b" | "yes" | "no"'
+    assert span_constraint(["a b"]).grammar == 'start: "a" s1? | "b" | "yes" | "no"\ns1: " b"'
+    assert all(s == s.strip() for s in spans(["Jaws ( born 1975 )"], max_words=2))  # not ' born'
 
 
 def test_a_runs_distinct_passages_keep_first_retrieval_order_and_best_score():
