@@ -95,7 +95,7 @@ def test_choose_is_the_argmax_of_the_masked_logits_and_the_reply_is_valid_ir(tok
 def test_a_span_of_long_passages_is_a_grammar_the_parser_takes(tokenizer):
     from nlqo.execute.fallback import span_constraint, spans
 
-    texts = [" ".join(f"w{p}x{i}" for i in range(200)) + "." for p in range(3)]  # 3,600 spans
+    texts = [" ".join(f"w{p}x{i}" for i in range(200)) + "." for p in range(3)]  # 3,557 spans
     with pytest.raises(LLMError, match="items"):  # the same spans as one flat alternation: too many
         Matcher.start(choice(spans(texts)), tokenizer).advance(ord("w"))
     m = Matcher.start(span_constraint(texts), tokenizer)

@@ -15,7 +15,7 @@ from nlqo.answers import short_answer
 from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM
-from nlqo.llm.constrain import Constraint, constrained_chat, lark_literal
+from nlqo.llm.constrain import Constraint, constrained_chat, trie_choice
 from nlqo.passages import Passage
 from nlqo.prompts import execution
 
@@ -47,39 +47,9 @@ def spans(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> list[str]:
 
 
 def span_constraint(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> Constraint:
-    """A reply that is one span of ``texts`` (:func:`spans`), as a trie of words: each rule offers the
-    words that may come next, so no parser row holds more alternatives than a passage has distinct
-    words (three passages' spans as one flat alternation, over 3,000 items, is more than
-    llguidance's parser takes).
-
-    >>> print(span_constraint(["a b", "a c"]).grammar)
-    start: "a" s1? | "b" | "c" | "yes" | "no"
-    s1: " b" | " c"
-    """
-    trie: dict[str | None, dict] = {}
-    for span in spans(texts, max_words):
-        node = trie
-        for word in span.split(" "):
-            node = node.setdefault(word, {})
-        node[None] = {}  # a span may end here
-    rules: list[str] = []
-
-    def alternatives(node: dict[str | None, dict], lead: str) -> str:
-        out = []
-        for word, child in node.items():
-            if word is None:
-                continue
-            literal = lark_literal(lead + word)
-            if any(key is not None for key in child):
-                rules.append("")  # reserve the child's number before its own children take theirs
-                index = len(rules)
-                rules[index - 1] = f"s{index}: " + alternatives(child, " ")
-                literal += f" s{index}" + ("?" if None in child else "")
-            out.append(literal)
-        return " | ".join(out)
-
-    start = "start: " + alternatives(trie, "")
-    return Constraint("\n".join([start, *rules]), name="passage-span")
+    """A reply that is one span of ``texts`` (:func:`spans`); a trie, as three passages give
+    thousands of spans (:func:`~nlqo.llm.constrain.trie_choice`)."""
+    return trie_choice(spans(texts, max_words), name="passage-span")
 
 
 def ask_again(llm: LLM, question: str, refs: Sequence[PassageRef], constraint: Constraint, trace: Trace, node: str, note: str) -> str:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import threading
 import time
 from typing import Any, Callable, Iterable, Sequence
@@ -84,6 +85,44 @@ def choice(options: Iterable[str], *, name: str = "choice") -> Constraint:
     if not options:
         raise ValueError("choice() needs at least one option")
     return Constraint("start: " + " | ".join(lark_literal(o) for o in options), name=name)
+
+
+def trie_choice(options: Iterable[str], *, name: str = "choice") -> Constraint:
+    """A reply that is exactly one of ``options``, as :func:`choice`, but written as a trie of words:
+    each rule offers the words that may come next, so the parser never holds more alternatives at
+    once than the options have distinct next words. For thousands of options sharing words (every
+    short span of some passages), where one flat alternation is more than llguidance's parser takes.
+
+    >>> print(trie_choice(["a", "a b", "a c", "b"]).grammar)
+    start: "a" s1? | "b"
+    s1: " b" | " c"
+    """
+    trie: dict[str | None, dict] = {}
+    for option in options:
+        node = trie
+        for piece in re.split(r"(?<=\S)(?= )", option):  # "a b c" -> "a", " b", " c"
+            node = node.setdefault(piece, {})
+        node[None] = {}  # an option ends here
+    if not trie:
+        raise ValueError("trie_choice() needs at least one option")
+    rules: list[str] = []
+
+    def alternatives(node: dict[str | None, dict]) -> str:
+        out = []
+        for piece, child in node.items():
+            if piece is None:
+                continue
+            item = lark_literal(piece)
+            if any(key is not None for key in child):
+                rules.append("")  # the child's number, taken before its own children take theirs
+                index = len(rules)
+                rules[index - 1] = f"s{index}: " + alternatives(child)
+                item += f" s{index}" + ("?" if None in child else "")
+            out.append(item)
+        return " | ".join(out)
+
+    start = "start: " + alternatives(trie)
+    return Constraint("\n".join([start, *rules]), name=name)
 
 
 def literal(text: str, *, name: str = "literal") -> Constraint:
