@@ -97,3 +97,15 @@ class CorpusError(NlqoError):
 
 class ClusterError(NlqoError):
     """A Dask cluster (``--cluster``) that failed the work it was given."""
+
+
+class WriteError(NlqoError):
+    """A file that could not be written (disk full, no permission); names the file and what was kept."""
+
+    def __init__(self, message: str, *, path: str):
+        self.path = path
+        super().__init__(message)
+
+
+class RepairWarning(UserWarning):
+    """Damage nlqo found and repaired on its own: a torn last record dropped, a damaged index rebuilt."""

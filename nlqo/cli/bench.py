@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from nlqo.cli.common import add_planning_options, add_runtime_options, config_from_args
+from nlqo.cli.repairs import shown_repairs
 from nlqo.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -199,11 +200,12 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     out = Path(args.out)
     questions = QuestionSet.load(args.questions, limit=args.limit)
     model = args.model or default_model()
-    if getattr(args, "cluster", None):
-        summary = _bench_on_cluster(args, specs, questions, bench_config(args, model))
-    else:
-        index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
-        summary = _bench_here(args, specs, questions, bench_config(args, model), index, source)
+    with shown_repairs():
+        if getattr(args, "cluster", None):
+            summary = _bench_on_cluster(args, specs, questions, bench_config(args, model))
+        else:
+            index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
+            summary = _bench_here(args, specs, questions, bench_config(args, model), index, source)
     print(markdown_table(summary), end="")
     print(f"n={summary['n']} questions ({summary['pending']} pending); results in {out}", file=sys.stderr)
     return 0

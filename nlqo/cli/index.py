@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from nlqo.builder import set_threads
+from nlqo.cli.repairs import shown_repairs
 from nlqo.embed import DEFAULT_EMBEDDER
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import ON_ERROR, Fields
@@ -76,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     set_threads(args.threads)
     cluster = contextlib.ExitStack()
     embedder = _cluster_embedder(args, cluster) if args.cluster else SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
-    with cluster, warnings.catch_warnings():
+    with cluster, warnings.catch_warnings(), shown_repairs():
         warnings.filterwarnings("ignore", message="skipped .* bad corpus record")
         report = build_index(
             args.source,

@@ -2,21 +2,24 @@
 
 A record holds the prediction, its scores, its cost, its plan with per-node actuals (planned
 strategies) and its whole trace (without prompts and passage texts). Reading drops a torn
-last line (a run killed mid-write) and cuts it off the file, so appending can resume.
+last line (a run killed mid-write) and cuts it off the file, so appending can resume; a bad
+line elsewhere is an error naming its line.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-from nlqo.errors import ConfigError
+from nlqo.errors import ConfigError, RepairWarning
 from nlqo.eval.datasets import Question
 from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.eval.metrics import evidence_recall, score
 from nlqo.execute.trace import RunResult
+from nlqo.storage import writing
 
 FILENAME = "records.jsonl"
 
@@ -114,29 +117,56 @@ def operator_of(record: dict[str, Any]) -> str | None:
 
 
 def append_records(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    """Append records as JSON lines and flush, so a killed run keeps every finished record."""
-    with open(path, "a", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    """Append records as JSON lines and fsync, so a killed run keeps every finished record.
+
+    A write that fails (a full disk) cuts the file back to its complete records and raises
+    ``WriteError``.
+    """
+    data = memoryview("".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records).encode("utf-8"))
+    with writing(path, "every record finished before is kept"), open(path, "ab", buffering=0) as fh:
+        start = fh.seek(0, os.SEEK_END)
+        try:
+            while data:
+                data = data[fh.write(data) :]
+            os.fsync(fh.fileno())
+        except OSError:
+            fh.truncate(start)  # no torn line: a resumed run appends after whole records
+            raise
 
 
-def read_records(path: Path, *, repair: bool = True) -> list[dict[str, Any]]:
-    """Every complete record in ``path`` ([] when absent); a torn last line is cut off the file
-    (left alone with ``repair=False``, for readers while a run may still be writing)."""
+def read_records(path: Path, *, repair: bool = True, required: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Every complete record in ``path`` ([] when absent), each a JSON object with the ``required`` keys.
+
+    A torn last line (a run killed while writing it) is cut off the file with a ``RepairWarning``,
+    so its run goes again (left alone with ``repair=False``, for readers while a run may still be
+    writing). Any other bad line is a ``ConfigError`` that names it.
+    """
     if not path.exists():
         return []
     data = path.read_bytes()
     end = data.rfind(b"\n") + 1
     if repair and end < len(data):
-        with open(path, "r+b") as fh:
-            fh.truncate(end)
+        with writing(path, "the file is unchanged"):
+            with open(path, "r+b") as fh:
+                fh.truncate(end)
+        line = data.count(b"\n", 0, end) + 1
+        warnings.warn(f"{path}:{line}: dropped a torn last record ({len(data) - end} bytes, left by a run killed while writing it); its run goes again", RepairWarning, stacklevel=2)
     records = []
-    for line_no, line in enumerate(data[:end].decode("utf-8").splitlines(), start=1):
+    for line_no, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if line.strip():
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{line_no}: not a JSON record ({exc}); remove the line or start a new --out") from exc
+            records.append(_parse(line, path, line_no, required))
     return records
+
+
+def _parse(line: bytes, path: Path, line_no: int, required: Sequence[str]) -> dict[str, Any]:
+    fix = f"delete line {line_no} (a run it held goes again when you resume) or use another --out folder"
+    try:
+        record = json.loads(line)
+    except ValueError as exc:  # JSONDecodeError or UnicodeDecodeError
+        raise ConfigError(f"{path}:{line_no}: not a JSON record ({exc}); {fix}") from exc
+    if not isinstance(record, dict):
+        raise ConfigError(f"{path}:{line_no}: a JSON {type(record).__name__}, not a record object; {fix}")
+    missing = [key for key in required if key not in record]
+    if missing:
+        raise ConfigError(f"{path}:{line_no}: record without {', '.join(map(repr, missing))}; {fix}")
+    return record

@@ -28,12 +28,16 @@ from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
 from nlqo.eval.summary import answers_table, complete_rows, counted, differences_table, markdown_table, summarize
+from nlqo.storage import writing
 from nlqo.strategies import Strategy
 
 RUN = "run.json"
 SUMMARY = "summary.json"
 TABLE = "results.md"
 ANSWERS = "answers.md"
+KEY = ("qid", "strategy")
+"""The fields that name a record: one per question and strategy."""
+KEPT = "every record is kept"
 IDENTITY = ("questions_sha256", "model", "runtime", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
 """``run.json`` fields that must match for a run to resume in the same folder."""
 
@@ -138,11 +142,12 @@ class Bench:
 
     def run(self) -> dict[str, Any]:
         """Run what is missing, then write the summary, table and plots; return the summary."""
-        self.out.mkdir(parents=True, exist_ok=True)
+        with writing(self.out, "nothing was run"):
+            self.out.mkdir(parents=True, exist_ok=True)
         info = self._start()
         path = self.out / RECORDS
         wanted = {(q.id, n) for q in self.questions.questions for n in self.names}
-        earlier = [r for r in read_records(path) if (r["qid"], r["strategy"]) in wanted]
+        earlier = [r for r in read_records(path, required=KEY) if (r["qid"], r["strategy"]) in wanted]
         done = {(r["qid"], r["strategy"]) for r in earlier}
         todo = [(i, n) for i, n in interleave(len(self.questions), self.names) if (self.questions.questions[i].id, n) not in done]
         running = _RunningEM(self.names, earlier)
@@ -156,21 +161,25 @@ class Bench:
 
     def finish(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
         """(Re)write ``summary.json``, ``results.md`` and the plots from the records on disk."""
-        info = info if info is not None else json.loads((self.out / RUN).read_text(encoding="utf-8"))
+        info = info if info is not None else _read_run(self.out / RUN)
         info["finished"] = _now()
         _write_json(self.out / RUN, info)
         return self.write_summary(info)
 
     def write_summary(self, info: dict[str, Any], records: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """Write ``summary.json`` (``info`` as its ``meta``), ``results.md``, ``answers.md``, ``plans.html`` and the plots; return the summary."""
-        records = read_records(self.out / RECORDS) if records is None else records
+        records = read_records(self.out / RECORDS, required=KEY) if records is None else records
         summary = {**summarize(records, self.questions, self.names, seed=self.seed, meta=info), "records": len(records)}
         rows = complete_rows(records, self.questions, self.names)
         _write_json(self.out / SUMMARY, summary)
-        (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
-        links = plan_pages.write(self.out, records)
-        (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows, links)}", encoding="utf-8")
-        write_plots(summary, rows, self.out)
+        with writing(self.out / TABLE, KEPT):
+            (self.out / TABLE).write_text(render_results(summary), encoding="utf-8")
+        with writing(self.out / plan_pages.FILENAME, KEPT):
+            links = plan_pages.write(self.out, records)
+        with writing(self.out / ANSWERS, KEPT):
+            (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows, links)}", encoding="utf-8")
+        with writing(self.out, KEPT):  # the plots
+            write_plots(summary, rows, self.out)
         return summary
 
     def run_one(self, index: int, name: str) -> dict[str, Any]:
@@ -221,7 +230,7 @@ class Bench:
         }
         path = self.out / RUN
         if path.exists():
-            old = json.loads(path.read_text(encoding="utf-8"))
+            old = _read_run(path)
             for key in IDENTITY:
                 if key in old and key in info and old[key] != info[key]:
                     raise ConfigError(
@@ -246,10 +255,10 @@ def refresh(folder: str | Path) -> None:
     """
     folder = Path(folder)
     records, summary = folder / RECORDS, folder / SUMMARY
-    done = read_records(records, repair=False)
+    done = read_records(records, repair=False, required=KEY)
     if not done or (summary.is_file() and json.loads(summary.read_text(encoding="utf-8")).get("records") == len(done)):
         return
-    info = json.loads((folder / RUN).read_text(encoding="utf-8"))
+    info = _read_run(folder / RUN)
     command = info.get("command") or []
     given = command[command.index("--questions") + 1] if "--questions" in command[:-1] else None
     candidates = [p for p in (info.get("questions_file"), given) if p and Path(p).is_file()]
@@ -287,9 +296,28 @@ def render_results(summary: dict[str, Any]) -> str:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    """Replace ``path`` whole (a temporary file renamed over it): a kill or a full disk keeps the old one."""
     tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    try:
+        with writing(path, f"{path.name} is unchanged and {KEPT}"):
+            tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _read_run(path: Path) -> dict[str, Any]:
+    """``run.json``, or a ``ConfigError`` that says how to go on when it is damaged."""
+    fix = f"delete it to resume the records in {path.parent} with the next bench command's setup, or use another --out folder"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing; run the bench command into {path.parent} again to recreate it") from None
+    except ValueError as exc:  # JSONDecodeError or UnicodeDecodeError
+        raise ConfigError(f"{path}: not valid JSON ({exc}); {fix}") from exc
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path}: a JSON {type(info).__name__}, not the object a run writes; {fix}")
+    return info
 
 
 class _RunningEM:

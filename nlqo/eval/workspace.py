@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlqo.errors import IndexFileError
-from nlqo.index.manifest import sha256_file
+from nlqo.errors import IndexFileError, RepairWarning
+from nlqo.index.manifest import REBUILD, sha256_file
 from nlqo.index.search import Index
+from nlqo.storage import writing
 
 if TYPE_CHECKING:
     from nlqo.passages import Embedder
@@ -51,9 +53,11 @@ def open_index(
     if _recorded(sidecar) == wanted:
         try:
             return Index.open(folder, embedder=None if cluster else name), {**wanted, "index": str(folder.absolute())}
-        except IndexFileError:
-            pass  # damaged or half-deleted: rebuild below
-    sidecar.unlink(missing_ok=True)
+        except IndexFileError as exc:  # damaged or half-deleted: rebuild below
+            damage = str(exc).split(REBUILD)[0].rstrip(" ,;")
+            warnings.warn(f"{damage}; rebuilding {folder} from {corpus}", RepairWarning, stacklevel=2)
+    with writing(sidecar, "nothing was run"):
+        sidecar.unlink(missing_ok=True)
     loaded: Embedder
     if cluster is not None:
         from nlqo.index.distributed import ClusterEmbedder
@@ -62,7 +66,8 @@ def open_index(
     else:
         loaded = load_embedder(name)
     build_index(corpus, folder, loaded, progress=progress)
-    sidecar.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
+    with writing(sidecar, f"the index in {folder} is built and will be rebuilt next time"):
+        sidecar.write_text(json.dumps(wanted, indent=2) + "\n", encoding="utf-8")
     return Index.open(folder, embedder=None if cluster else loaded), {**wanted, "index": str(folder.absolute())}
 
 

@@ -5,18 +5,20 @@ from __future__ import annotations
 import datetime
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Iterable
 
 import attrs
 
 from nlqo import __version__
-from nlqo.errors import CorpusError, IndexFileError
+from nlqo.errors import CorpusError, IndexFileError, RepairWarning
 from nlqo.index import atomic, bm25, dense, store
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import Corpus, Fields
 from nlqo.index.manifest import FILENAME as MANIFEST, FileEntry, Manifest
 from nlqo.passages import Embedder, Passage
+from nlqo.storage import kept_index, writing
 
 
 @attrs.frozen
@@ -61,15 +63,21 @@ def build_index(
 
     ``source`` is a corpus path (see ``Corpus``) or an iterable of passages. ``params`` tunes the
     FAISS index (its ``kind`` wins over ``kind``). If the build fails or is killed, ``out_dir``
-    keeps the index it held before.
+    keeps the index it held before; a write that fails (a full disk) raises ``WriteError``.
     """
     started = time.perf_counter()
     params = params or dense.DenseParams(kind=kind)
     target = Path(out_dir).absolute()
     _check_target(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    atomic.recover(target)
-    atomic.remove_stale(target)
+    with writing(target.parent, f"nothing was changed in {target}"):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        restored = atomic.recover(target)
+        stale = atomic.remove_stale(target)
+    kept = kept_index(target)
+    if restored is not None:
+        warnings.warn(f"{target}: put back the previous index, which an interrupted build had set aside at {restored}", RepairWarning, stacklevel=2)
+    for folder in stale:
+        warnings.warn(f"removed {folder}, the unfinished index of a build that was killed", RepairWarning, stacklevel=2)
 
     corpus: Iterable[Passage]
     if isinstance(source, (str, Path)):
@@ -77,19 +85,24 @@ def build_index(
         described = str(Path(source).absolute())
     else:
         corpus, described = source, "<passages>"
-    tmp = atomic.temp_sibling(target)
+    with writing(target.parent, kept):
+        tmp = atomic.temp_sibling(target)
     try:
         passages = list(corpus)
         if not passages:
             raise IndexFileError(f"{described}: no passages to index")
-        count = store.write_store(tmp / store.FILENAME, passages)
+        with writing(tmp / store.FILENAME, kept):
+            count = store.write_store(tmp / store.FILENAME, passages)
         texts = [passage_text(p, embed_title) for p in passages]
         vectors = embedder.encode(texts, kind="passage", progress=progress)
         if vectors.shape != (count, embedder.dim):
             raise IndexFileError(f"embedder {embedder.name!r} returned shape {vectors.shape}, expected {(count, embedder.dim)}")
         params = params.resolved(count)
-        dense.write_dense(dense.build_dense(vectors, params), tmp / dense.FILENAME)
-        bm25.write_bm25(tmp / bm25.DIRNAME, texts)
+        built = dense.build_dense(vectors, params)
+        with writing(tmp / dense.FILENAME, kept):
+            dense.write_dense(built, tmp / dense.FILENAME)
+        with writing(tmp / bm25.DIRNAME, kept):
+            bm25.write_bm25(tmp / bm25.DIRNAME, texts)
         skipped = tuple(getattr(corpus, "skipped", ()))
         manifest = Manifest(
             embedder=embedder.name,
@@ -106,8 +119,10 @@ def build_index(
             faiss=attrs.asdict(params),
             skipped=len(skipped),
         )
-        (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
-        atomic.replace_dir(tmp, target)
+        with writing(tmp / MANIFEST, kept):
+            (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
+        with writing(target, kept):
+            atomic.replace_dir(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

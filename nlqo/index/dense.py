@@ -64,9 +64,12 @@ def build_dense(vectors: np.ndarray, params: DenseParams):
 
 
 def write_dense(index, path: Path) -> None:
+    """Write ``index`` to ``path`` through Python's file writes, so a full disk raises ``OSError``
+    (FAISS's own file writer ignores a failed close and can leave a file cut short)."""
     import faiss
 
-    faiss.write_index(index, str(path))
+    with open(path, "wb") as fh:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
 
 
 def open_dense(path: Path, params: DenseParams, dim: int, count: int):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 from pathlib import Path
 
 import attrs
@@ -13,6 +14,8 @@ from nlqo.errors import IndexFileError
 FILENAME = "manifest.json"
 FORMAT = "nlqo-index"
 FORMAT_VERSION = 1
+REBUILD = "rebuild it with:"
+"""How every message about a damaged index ends, before the command that rebuilds it."""
 
 
 @attrs.frozen
@@ -60,16 +63,17 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str, *, path: str = FILENAME) -> Manifest:
+        hint = rebuild_hint(Path(path).parent)
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise IndexFileError(f"{path}: not valid JSON ({exc})") from exc
+            raise IndexFileError(f"{path}: not valid JSON ({exc}); the index is damaged, {hint}") from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise IndexFileError(f"{path}: not an nlqo index manifest")
+            raise IndexFileError(f"{path}: not an nlqo index manifest; {hint}")
         if data.get("format_version") != FORMAT_VERSION:
             raise IndexFileError(
                 f"{path}: index format version {data.get('format_version')} is not supported "
-                f"(this nlqo reads version {FORMAT_VERSION}); rebuild the index with 'nlqo index'"
+                f"(this nlqo reads version {FORMAT_VERSION}); {hint}"
             )
         data.pop("format")
         data.pop("format_version")
@@ -77,26 +81,41 @@ class Manifest:
             data["files"] = tuple(FileEntry(**f) for f in data.get("files", ()))
             return cls(**data)
         except TypeError as exc:
-            raise IndexFileError(f"{path}: malformed manifest ({exc})") from exc
+            raise IndexFileError(f"{path}: malformed manifest ({exc}); the index is damaged, {hint}") from exc
 
     @classmethod
     def read(cls, folder: Path) -> Manifest:
         file = folder / FILENAME
         if not file.is_file():
             raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME})")
-        return cls.from_json(file.read_text(encoding="utf-8"), path=str(file))
+        try:
+            text = file.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise IndexFileError(f"{file}: not valid UTF-8 ({exc}); the index is damaged, {rebuild_hint(folder)}") from exc
+        return cls.from_json(text, path=str(file))
 
     def verify(self, folder: Path, *, checksums: bool = True) -> None:
         """Check that every listed file exists with its size and, if ``checksums``, its SHA-256."""
+        hint = rebuild_hint(folder, self.source)
         for entry in self.files:
             file = folder / entry.path
             if not file.is_file():
-                raise IndexFileError(f"{file}: listed in the manifest but missing; rebuild the index")
+                raise IndexFileError(f"{file}: listed in the manifest but missing; {hint}")
             size = file.stat().st_size
             if size != entry.size:
-                raise IndexFileError(f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, rebuild it")
+                raise IndexFileError(f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, {hint}")
             if checksums and sha256_file(file) != entry.sha256:
-                raise IndexFileError(f"{file}: checksum differs from the manifest; the index is damaged, rebuild it")
+                raise IndexFileError(f"{file}: checksum differs from the manifest; the index is damaged, {hint}")
+
+
+def rebuild_hint(folder: Path, source: str | None = None) -> str:
+    """How to rebuild the index in ``folder`` from ``source`` (a corpus path; unknown: ``SOURCE``).
+
+    >>> rebuild_hint(Path("my idx"), "/data/c.jsonl")
+    "rebuild it with: nlqo index /data/c.jsonl --out 'my idx'"
+    """
+    corpus = shlex.quote(source) if source and not source.startswith("<") else "SOURCE"
+    return f"{REBUILD} nlqo index {corpus} --out {shlex.quote(str(folder))}"
 
 
 def sha256_file(path: Path) -> str:

@@ -11,7 +11,7 @@ from nlqo.errors import IndexFileError
 from nlqo.index import atomic, dense
 from nlqo.index.bm25 import DIRNAME as BM25_DIR, Bm25
 from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
-from nlqo.index.manifest import Manifest
+from nlqo.index.manifest import FILENAME as MANIFEST, Manifest, rebuild_hint
 from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
 from nlqo.passages import Embedder, Hit, Passage, Retriever
 
@@ -54,15 +54,17 @@ class Index:
             embedder = SentenceEmbedder.load(embedder, prefixes=(manifest.query_prefix, manifest.passage_prefix))
         if embedder is not None:
             check_embedder(manifest, embedder)
-        params = dense.DenseParams(**manifest.faiss)
-        return cls(
-            path=path,
-            manifest=manifest,
-            store=PassageStore.open(path / STORE_FILE),
-            dense=dense.open_dense(path / dense.FILENAME, params, manifest.dim, manifest.count),
-            bm25=Bm25.open(path / BM25_DIR, manifest.count),
-            embedder=embedder,
-        )
+        try:
+            params = dense.DenseParams(**manifest.faiss)
+        except (TypeError, ValueError) as exc:
+            raise IndexFileError(f"{path / MANIFEST}: bad FAISS parameters ({exc}); {rebuild_hint(path, manifest.source)}") from exc
+        try:
+            store = PassageStore.open(path / STORE_FILE)
+            vectors = dense.open_dense(path / dense.FILENAME, params, manifest.dim, manifest.count)
+            lexical = Bm25.open(path / BM25_DIR, manifest.count)
+        except IndexFileError as exc:  # damaged in a way only --no-verify lets through
+            raise IndexFileError(f"{exc}; the index is damaged, {rebuild_hint(path, manifest.source)}") from exc
+        return cls(path=path, manifest=manifest, store=store, dense=vectors, bm25=lexical, embedder=embedder)
 
     def __len__(self) -> int:
         return self.manifest.count
