@@ -1,5 +1,5 @@
 """The closed vocabularies of the engine, as enums: relation kinds, their sources, trace step
-kinds and physical operators.
+kinds, physical operators and EXPLAIN output formats.
 
 Members are strings (``RelationKind.PARENT == "parent"``), so JSON, records and older callers
 that compare with plain strings keep working; ``str()`` and f-strings give the bare value.
@@ -69,3 +69,13 @@ class Operator(_Word):
     TREE = "tree"
     RETRIEVE = "retrieve"
     """One retrieval with the question and one answer (standard RAG): for single-atom plans."""
+
+
+class OutputFormat(_Word):
+    """What ``nlqo plan`` and ``nlqo explain`` print (:mod:`nlqo.formats` renders each)."""
+
+    TEXT = "text"
+    JSON = "json"
+    DOT = "dot"
+    HTML = "html"
+    """One self-contained page (:mod:`nlqo.explain_html`)."""

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from nlqo import explain as logical
-from nlqo import explain_html
+from nlqo import formats
 from nlqo.cli import common
 from nlqo.cost import CostContext
 from nlqo.errors import ParseFailure
-from nlqo.execute import analyze
 from nlqo.execute.trace import Trace
 
 
@@ -30,7 +27,7 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     common.add_engine_options(p)
     p.add_argument("--analyze", action="store_true", help="execute the plan and annotate it with actuals")
-    p.add_argument("--format", choices=("text", "json", "dot", "html"), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
+    p.add_argument("--format", choices=formats.OutputFormat.values(), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
     p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
     p.set_defaults(func=run)
 
@@ -52,18 +49,6 @@ def run(args: argparse.Namespace) -> int:
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
     model = engine.optimizer.cost_model
     costs = logical.node_costs(physical.logical, model, CostContext(physical.logical.query, physical.logical.relations, engine.optimizer.embedder))
-    if args.format in ("json", "html"):
-        data = analyze.to_dict(result, physical, model=model, costs=costs)
-        out = json.dumps(data, indent=2, ensure_ascii=False) if args.format == "json" else explain_html.render([explain_html.entry(data)])
-    elif args.format == "dot":
-        notes = analyze.actual_annotations(result, physical) if result else analyze.physical_annotations(physical)
-        out = logical.dot(physical.logical, costs=costs, annotations=notes)
-    else:
-        out = analyze.text(result, physical, model=model, costs=costs)
-    if args.out is None:
-        print(out)
-    else:
-        args.out.write_text(out + "\n", encoding="utf-8")
-        if not args.quiet:
-            print(f"nlqo: wrote {args.out}", file=sys.stderr)
+    view = formats.PhysicalView(physical, result, model=model, costs=costs)
+    formats.write(formats.render(view, args.format), args.out, say=not args.quiet)
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nlqo import explain
+from nlqo import explain, formats
 from nlqo.builder import build_optimizer, load_model
 from nlqo.cli import common
 from nlqo.cost import CostContext
@@ -16,12 +16,13 @@ def register(subparsers) -> None:
         "plan",
         help="optimise an IR file and EXPLAIN the plan",
         description="Parse an IR file, run the rewrite rules and the optimizer, and print the chosen "
-        "logical query tree with its cost terms (text), the stable JSON form, or graphviz DOT.",
+        "logical query tree with its cost terms (text), the stable JSON form, graphviz DOT, or one HTML page.",
         epilog="Example: nlqo plan examples/counterparts.nlqo --format text --verbose",
     )
     p.add_argument("file", type=Path, help="an IR file (.nlqo); '-' reads standard input")
-    p.add_argument("--format", choices=("text", "json", "dot"), default="text", help="output format (default: %(default)s)")
-    p.add_argument("--verbose", "-v", action="store_true", help="add the search summary and every pair relation")
+    p.add_argument("--format", choices=formats.OutputFormat.values(), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
+    p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="add the search summary and every pair relation (and, as 'nlqo --verbose' does, show the model libraries' messages)")
     p.add_argument("--model", metavar="NAME", help="ask this LLM about atom pairs the triples leave undecided (default: treat them as siblings)")
     p.add_argument("--context-merge", action="store_true", help="with --model: confirm LLM-decided edges with the partial plan in the prompt")
     p.add_argument("--embedder", metavar="NAME|PATH", help="embedder for the similarity metric (default: all-minilm-l6-v2)")
@@ -37,10 +38,6 @@ def run(args: argparse.Namespace) -> int:
     plan = optimizer.optimize(query)
     ctx = CostContext(plan.query, plan.relations, optimizer.embedder)
     costs = explain.node_costs(plan, optimizer.cost_model, ctx)
-    if args.format == "json":
-        print(explain.to_json(plan, model=optimizer.cost_model, costs=costs))
-    elif args.format == "dot":
-        print(explain.dot(plan, costs=costs))
-    else:
-        print(explain.text(plan, model=optimizer.cost_model, costs=costs, verbose=args.verbose))
+    view = formats.LogicalView(plan, model=optimizer.cost_model, costs=costs, verbose=getattr(args, "verbose", False))
+    formats.write(formats.render(view, args.format), args.out)
     return 0
