@@ -17,6 +17,7 @@ import attrs
 import numpy as np
 
 from nlqo.errors import ModelNotAvailable
+from nlqo.logs import tame_transformers
 
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 
@@ -116,6 +117,7 @@ class SentenceEmbedder:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:  # pragma: no cover - a dependency of nlqo
             raise ModelNotAvailable(f"sentence-transformers is not installed: pip install sentence-transformers ({exc})") from exc
+        tame_transformers()  # the CLI's log file gets its messages and its "Loading weights" bar
         try:
             model = SentenceTransformer(str(path), device=device, local_files_only=True)
         except Exception as exc:  # noqa: BLE001 - many loader errors; all mean "not available offline"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import itertools
+import logging
 import os
 import threading
 import time
@@ -93,16 +94,54 @@ def _llama():
 _BACKEND_READY = threading.Lock()
 _backend_started = False
 
+LOG = logging.getLogger("nlqo.llama_cpp")
+"""llama.cpp's messages, one record per line ("llama_model_loader: ...", "control-looking token ...").
+Nothing shows them unless logging is configured: the CLI sends them to its log file (:mod:`nlqo.logs`)."""
+LOG.addHandler(logging.NullHandler())
+
+_GGML_LEVELS = {1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+"""``ggml_log_level`` (ggml.h: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4; CONT 5 continues the last
+message). llama-cpp-python's own callback maps an older order and prints warnings as errors."""
+_GGML_CONT = 5
+
+
+class _LogLines:
+    """A llama.cpp log callback: pieces of text joined into lines, each logged to :data:`LOG` at its level."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+        self.level = logging.INFO
+        self.lock = threading.Lock()
+
+    def __call__(self, level: int, text: bytes | None, user_data: Any) -> None:
+        try:  # an exception must not cross into C (ctypes would print it to stderr)
+            with self.lock:
+                if level != _GGML_CONT:
+                    self._emit(self.pending)
+                    self.pending, self.level = "", _GGML_LEVELS.get(level, logging.INFO)
+                *lines, self.pending = (self.pending + (text or b"").decode("utf-8", "replace")).split("\n")
+                for line in lines:
+                    self._emit(line)
+        except BaseException:  # noqa: BLE001 - a log line lost is better than a crash in C
+            pass
+
+    def _emit(self, line: str) -> None:
+        if line.strip():
+            LOG.log(self.level, line.rstrip())
+
+
+_LOG_CALLBACK: Any = None
+"""The ctypes callback given to llama.cpp (kept here: llama.cpp holds only a pointer to it)."""
+
 
 def _init_backend(ll) -> None:
-    """Start llama.cpp once per process; its log shows errors only."""
-    global _backend_started
+    """Start llama.cpp once per process, its messages sent to :data:`LOG` instead of stderr."""
+    global _backend_started, _LOG_CALLBACK
     with _BACKEND_READY:
         if _backend_started:
             return
-        from llama_cpp import _logger
-
-        _logger.set_verbose(False)
+        _LOG_CALLBACK = ll.llama_log_callback(_LogLines())
+        ll.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
         ll.llama_backend_init()
         _backend_started = True
 

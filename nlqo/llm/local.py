@@ -44,6 +44,7 @@ from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.tokens import TokenLLM, TokenSegments, common_prefix
 from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
+from nlqo.logs import tame_transformers
 
 
 
@@ -146,6 +147,7 @@ class TransformersLLM(TokenLLM):
         """
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        tame_transformers()  # the CLI's log file gets its messages and its "Loading weights" bar
         try:
             tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32, local_files_only=True)

@@ -1,0 +1,5 @@
+import sys
+
+from nlqo.cli import main
+
+sys.exit(main())
