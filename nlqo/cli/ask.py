@@ -7,7 +7,7 @@ import json
 import sys
 
 from nlqo.cli import common
-from nlqo.execute.trace import Trace
+from nlqo.execute.trace import RunResult, Trace
 
 
 def register(subparsers) -> None:
@@ -38,15 +38,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return 0
-    print(result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)")
-    for p in result.supporting:
-        print(f"  - {p.title} [{p.id}]")
+    print("\n".join(answer_lines(result, args.strategy)))
+    return 0
+
+
+def answer_lines(result: RunResult, strategy: str) -> list[str]:
+    """What ``nlqo ask`` prints for a result: the answer, its passages, and one line of totals;
+    total over every result a strategy can return (no plan, no physical plan, no answer)."""
+    lines = [result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)"]
+    lines += [f"  - {p.title} [{p.id}]" for p in result.supporting]
     s = result.stats()
-    template = any(s.node.startswith("hop-") for s in result.trace)
+    template = any(step.node.startswith("hop-") for step in result.trace)
     operator = result.physical.operator if result.physical is not None else ("linear" if template else "retrieve")
-    print(
-        f"({args.strategy} -> {operator}; {s['hops']} hops, stop: {s['stop_reason']}; {s['llm_calls']} LLM calls, "
+    lines.append(
+        f"({strategy} -> {operator}; {s['hops']} hops, stop: {s['stop_reason'] or 'none'}; {s['llm_calls']} LLM calls, "
         f"{s['generated_tokens']} tokens generated, {s['cached_prompt_tokens']}/{s['prompt_tokens']} prompt tokens from cache; "
         f"planning {s['planning_ms'] / 1000:.1f} s, execution {s['execution_ms'] / 1000:.1f} s)"
     )
-    return 0
+    return lines

@@ -23,12 +23,22 @@ def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
         if physical.operator == "retrieve":
             node = ROOT
         elif physical.operator == "linear" and node.startswith("hop-"):
-            hop = int(node.split("-")[1]) - 1
-            node = order[hop] if hop < len(order) else ROOT
+            hop = _hop_number(node) - 1
+            node = order[hop] if 0 <= hop < len(order) else ROOT
         elif node in ("answer", FALLBACK_NODE, CHOICE_NODE):
             node = ROOT
         groups[node].append(i)
     return groups
+
+
+def _hop_number(node: str) -> int:
+    """The hop a linear step's label names, or 0 for a label that names none.
+
+    >>> _hop_number("hop-3"), _hop_number("hop-x")
+    (3, 0)
+    """
+    number = node.partition("-")[2]
+    return int(number) if number.isdigit() else 0
 
 
 def node_actuals(steps: list[Step]) -> dict[str, Any]:
