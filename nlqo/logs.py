@@ -57,8 +57,9 @@ class Route:
 
 
 _active: Route | None = None
-_tamed = False
-"""Whether transformers' logging was changed inside the active :func:`routed` (and is to be put back)."""
+_tamed: bool | None = None
+"""Whether transformers' library logger propagated before :func:`tame_transformers` changed it
+(None: unchanged, nothing to put back)."""
 
 
 @contextlib.contextmanager
@@ -123,7 +124,8 @@ def tame_transformers(*, load: bool = True) -> bool:
         return False
     from transformers.utils import logging as tlog
 
-    _tamed = True
+    if _tamed is None:
+        _tamed = tlog.get_logger("transformers").propagate
     tlog.disable_default_handler()
     tlog.enable_propagation()
     if hasattr(tlog, "set_tqdm_hook"):
@@ -136,13 +138,13 @@ def tame_transformers(*, load: bool = True) -> bool:
 def _untame_transformers() -> None:
     """Put back what :func:`tame_transformers` changed, if it did."""
     global _tamed
-    if not _tamed:
+    if _tamed is None:
         return
-    _tamed = False
+    propagate, _tamed = _tamed, None
     from transformers.utils import logging as tlog
 
     tlog.enable_default_handler()
-    tlog.disable_propagation()
+    tlog.get_logger("transformers").propagate = propagate
     if hasattr(tlog, "set_tqdm_hook"):
         tlog.set_tqdm_hook(None)
     else:

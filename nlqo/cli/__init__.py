@@ -12,6 +12,7 @@ import argparse
 import importlib
 import logging
 import os
+import shlex
 import sys
 import textwrap
 
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with logs.routed(verbose=args.verbose) as route:
         try:
-            return int(args.func(args) or 0)
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a reader gone shows here, not in an ignored exception at exit
+            return code
         except NlqoError as exc:
             print(f"nlqo: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def internal_error(exc: Exception, route: logs.Route, argv: list[str]) -> int:
     """Log ``exc`` with its traceback (stderr too when verbose), print one line naming it; :data:`EXIT_INTERNAL`."""
-    logging.getLogger("nlqo.cli").error("internal error in: nlqo %s", " ".join(argv), exc_info=exc)
+    logging.getLogger("nlqo.cli").error("internal error in: nlqo %s", shlex.join(argv), exc_info=exc)
     where = f"the traceback is in {route.path}" if route.path else "no log file could be written; --verbose prints the traceback"
     print(f"nlqo: internal error: {type(exc).__name__}: {exc} ({where}; please report it)", file=sys.stderr)
     return EXIT_INTERNAL
