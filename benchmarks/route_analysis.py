@@ -576,10 +576,10 @@ def main():
         for op in OPS:
             a = [q["ops"][op] for q in qs]
 
-            def rate(f):
+            def rate(f, a=a):
                 return 100 * np.mean([f(x) for x in a])
 
-            def em_if(f):
+            def em_if(f, a=a):
                 s = [x["em"] for x in a if f(x)]
                 return f"{100 * np.mean(s):.1f} (n={len(s)})" if s else "-"
 
