@@ -186,9 +186,7 @@ def _lines(text: str) -> list[str]:
 
 
 def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntaxError:
-    label = _classify_line(text, getattr(exc, "line", 0)) or exc.match_examples(
-        _parser().parse, _ERROR_EXAMPLES, use_accepts=True
-    ) or "unexpected input"
+    label = _classify_line(text, getattr(exc, "line", 0)) or _match(exc) or "unexpected input"
     if isinstance(exc, lark.UnexpectedCharacters) and text[exc.pos_in_stream : exc.pos_in_stream + 1] == '"':
         label = "unterminated or malformed string (strings are double-quoted, one line, JSON escapes)"
     line = getattr(exc, "line", None) or 1
@@ -212,8 +210,38 @@ def _classify_line(text: str, line: int) -> str | None:
     try:
         _parser().parse(lines[line - 1])
     except lark.UnexpectedInput as exc:
-        return exc.match_examples(_parser().parse, _ERROR_EXAMPLES, use_accepts=True)
+        return _match(exc)
     return None
+
+
+@functools.cache
+def _example_errors() -> tuple[tuple[str, lark.UnexpectedInput], ...]:
+    """Each labelled example with the error it raises, parsed once."""
+    out = []
+    for label, examples in _ERROR_EXAMPLES.items():
+        for example in examples:
+            try:
+                _parser().parse(example)
+            except lark.UnexpectedInput as exc:
+                out.append((label, exc))
+    return tuple(out)
+
+
+def _match(exc: lark.UnexpectedInput) -> str | None:
+    """The label of the example whose error is most like ``exc``: lark's ``match_examples`` with
+    ``use_accepts``, which raises TypeError while logging the case of one parser state with
+    different accepted tokens (lark 1.3), skipping that case instead."""
+    found = None
+    for label, example in _example_errors():
+        if example.state != exc.state:
+            continue
+        tokens = (lark.UnexpectedToken, lark.UnexpectedEOF)
+        if isinstance(exc, lark.UnexpectedToken) and isinstance(example, lark.UnexpectedToken) and example.accepts != exc.accepts:
+            continue
+        if isinstance(exc, tokens) and isinstance(example, tokens) and example.token == exc.token:
+            return label
+        found = found or label
+    return found
 
 
 def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
