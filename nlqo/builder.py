@@ -16,8 +16,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from nlqo.config import EngineConfig
-from nlqo.errors import ConfigError
-from nlqo.llm.backends import load_llm
+from nlqo.errors import ConfigError, NlqoError
+from nlqo.llm.backends import load_llm, runtime_of
 
 if TYPE_CHECKING:
     from nlqo.cost import CostModel
@@ -99,6 +99,32 @@ def open_retrieval(config: EngineConfig, *, embedder: "Embedder | None" = None) 
     return index.retriever(config.retrieval), embedder or index.embedder
 
 
+def engine_identity(config: EngineConfig) -> dict:
+    """What statistics must have been measured on to serve this config: model, runtime, k,
+    retrieval mode and, when the config names an index, its embedder and digest."""
+    identity: dict = {"model": config.model, "runtime": config.runtime, "k": config.k, "retrieval": config.retrieval}
+    if config.index is not None:
+        from nlqo.index.manifest import Manifest
+        from nlqo.statistics.store import index_digest
+
+        try:
+            manifest = Manifest.read(config.index)
+        except (OSError, ValueError, NlqoError):
+            return identity
+        identity.update(embedder=manifest.embedder, index_digest=index_digest(manifest))
+    return identity
+
+
+def load_statistics(config: EngineConfig, identity: dict):
+    """The statistics ``auto`` chooses by: ``config.statistics``, else the file beside the index
+    (each refused when measured on another setup), else the bundled defaults."""
+    from nlqo.statistics import store
+
+    if config.statistics is not None:
+        return store.check(store.load(config.statistics), identity)
+    return store.for_index(config.index, identity)
+
+
 def build_engine(
     config: EngineConfig,
     *,
@@ -130,6 +156,8 @@ def build_engine(
         say(f"loading {config.model} ...")
         llm = load_model(config)
     optimizer = build_optimizer(config, llm=llm, embedder=embedder)
+    identity = {**engine_identity(config), "runtime": runtime_of(llm)}
+    statistics = load_statistics(config, identity)
     if profile is None:
         caps = capabilities(llm)
         profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
@@ -149,4 +177,6 @@ def build_engine(
         tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
         profile=profile,
         config=config,
+        statistics=statistics,
+        identity=identity,
     )

@@ -18,12 +18,15 @@ import attrs
 
 from nlqo.errors import ConfigError
 from nlqo.ir_grammar import MAX_ATOMS
+from nlqo.kinds import Operator, Policy
 
 DEFAULT_MODEL = "qwen2.5-coder-1.5b"
 """The bundled model ``nlqo ask`` uses unless told otherwise; chosen by measurement (docs/models.md)."""
 
 RUNTIMES = ("auto", "llama-cpp", "transformers")
-STRATEGIES = ("auto", "linear", "tree")
+STRATEGIES = ("auto", *Operator.values())
+"""``auto`` (the policy chooses an operator by statistics) or one operator forced."""
+POLICIES = Policy.values()
 SIMPLE_PLANS = ("linear", "retrieve")
 """What ``auto`` may run for a single-atom plan or a question that did not parse."""
 TREE_QUERIES = ("rewrite", "substitute")
@@ -124,6 +127,12 @@ class EngineConfig:
     anchor_repairs: int = 0
     """Times valid IR with atoms linked to no entity of the question is sent back to the LLM (if no
     repair anchors them, the first such IR is kept with a warning, as it is at once with 0)."""
+    policy: str = attrs.field(default=Policy.BALANCED.value, validator=_in(POLICIES))
+    """How ``auto`` trades estimated quality for time (:mod:`nlqo.statistics.policy`)."""
+    time_budget: float | None = None
+    """``auto`` drops operators estimated to take more seconds than this (``None``: no budget)."""
+    statistics: Path | None = attrs.field(default=None, converter=_optional_path)
+    """Statistics file ``auto`` chooses by; ``None``: ``statistics.json`` beside the index, else the bundled defaults."""
     measure_costs: bool | None = None
     """Time the backend's per-token costs once for the lowering; ``None``: only for ``strategy="auto"``."""
     max_question_chars: int = 2000

@@ -63,12 +63,42 @@ class StepKind(_Word):
 
 
 class Operator(_Word):
-    """Physical operators a logical plan is lowered to."""
+    """Physical operators: every way the engine answers a question (:mod:`nlqo.operators` holds
+    one module each)."""
 
     LINEAR = "linear"
+    """TEMPLATE: the TSSS linear template (a plan's atoms are its hints)."""
     TREE = "tree"
+    """PlanRAG's parallel tree over the logical plan."""
     RETRIEVE = "retrieve"
-    """One retrieval with the question and one answer (standard RAG): for single-atom plans."""
+    """One retrieval with the question and one answer (standard RAG)."""
+    ITERATE = "iterate"
+    """Rounds of retrieval and generation (iter-retgen)."""
+    CASCADE = "cascade"
+    """RETRIEVE, escalated to ITERATE and then to the plan when an answer is not supported."""
+
+
+class Policy(_Word):
+    """How ``auto`` trades estimated quality against estimated time (:mod:`nlqo.statistics.policy`)."""
+
+    QUALITY = "quality"
+    """The best estimated exact match."""
+    BALANCED = "balanced"
+    """The fastest operator whose estimate lies within the best one's interval."""
+    FAST = "fast"
+    """The fastest operator."""
+    STRUCTURAL = "structural"
+    """No statistics: parse, plan, and lower the plan by its structural cost estimate (template,
+    tree, or one retrieval for a one-atom plan): what ``auto`` did before statistics."""
+
+
+class QuestionClass(_Word):
+    """The form of a question, read from its words before anything runs."""
+
+    YES_NO = "yes-no"
+    CHOICE = "choice"
+    """``Which ..., A or B?``: the answer is one of two offered options."""
+    OTHER = "other"
 
 
 class OutputFormat(_Word):

@@ -190,7 +190,7 @@ def test_a_given_trace_collects_the_steps():
 
 def test_registry_builds_baselines_and_variants():
     assert STRATEGIES[:5] == ("no-rag", "standard-rag", "iter-retgen", "ircot", "self-ask")
-    assert STRATEGIES[5:] == ("linear", "tree", "auto")
+    assert STRATEGIES[5:] == ("auto", "linear", "tree", "retrieve", "iterate", "cascade")
     llm, retriever = ScriptedLLM([("Thought:", "So the answer is: X")]), FakeRetriever()
     plain = build_strategy("ircot", llm, retriever, k=4)
     assert isinstance(plain, IRCoT) and plain.k == 4 and plain.name == "ircot"

@@ -291,7 +291,7 @@ def test_a_single_atom_plan_may_be_answered_by_one_retrieval_when_that_is_cheape
 
 def single_atom_engine(ir: str, **options) -> tuple[Engine, ScriptedLLM]:
     llm = ScriptedLLM([("nlqo IR", ir), ("given documents", "Steven Spielberg"), ("", " x")])
-    config = EngineConfig(cost_model="structural", strategy="auto", measure_costs=False, repairs=0, **options)
+    config = EngineConfig(cost_model="structural", strategy="auto", measure_costs=False, repairs=0, policy="structural", **options)
     return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()), llm
 
 
@@ -375,7 +375,7 @@ def test_the_relations_step_carries_the_relation_calls_tokens_and_counts_each_ca
         return "Rush"
 
     llm = ScriptedLLM([("", reply)])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     result = engine.ask("Which Canadian band released Counterparts and had a famous drummer?", strategy="tree")
     relation_prompts = [c for c in llm.calls if "Relation of A" in c]
     assert result.plan is not None and result.plan.stats.llm_calls == len(relation_prompts) >= 2
@@ -399,7 +399,7 @@ def test_engine_auto_plans_lowers_and_runs():
 
     llm = ScriptedLLM([("", reply)])
     # costed as a local backend with KV reuse: the chain goes to the linear template
-    engine = Engine.from_config(EngineConfig(kv_reuse=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.physical.operator == "linear"
     assert result.plan is not None and dict(result.plan.tree.parent) == {"q1": "q2", "q2": ROOT}
@@ -407,7 +407,7 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
-    plain = Engine.from_config(EngineConfig(kv_reuse=False, plan_hints=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    plain = Engine.from_config(EngineConfig(kv_reuse=False, plan_hints=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
     unhinted = plain.ask("In which city was the director of Jaws born?", strategy="auto")
     assert unhinted.physical.operator == "linear" and unhinted.physical.hints  # the plan still has them ...
     assert "Plan step" not in llm.calls[-1]  # ... but the template is not shown them
@@ -417,7 +417,7 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
     from nlqo.cli import common, main
 
     llm = ScriptedLLM([("", "I cannot write that.")])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, measure_costs=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     monkeypatch.setattr(common, "build_engine", lambda args: engine)
     code = main(["explain", "zzz", "--index", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
@@ -429,7 +429,7 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
 
 def test_ask_falls_back_to_the_template_when_parsing_fails():
     llm = ScriptedLLM([("nlqo IR", "nonsense"), ("Question:$", " who?"), ("", " Cincinnati")])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.stop_reason.startswith("parse_failed; ")
     assert result.answer == "Cincinnati" and result.plan is None

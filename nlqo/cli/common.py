@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nlqo.config import DEFAULT_MODEL, RETRIEVAL_MODES, RUNTIMES, SIMPLE_PLANS, STRATEGIES, TREE_QUERIES, EngineConfig
+from nlqo.config import DEFAULT_MODEL, POLICIES, RETRIEVAL_MODES, RUNTIMES, SIMPLE_PLANS, STRATEGIES, TREE_QUERIES, EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.llm.backends import load_llm
 
@@ -68,7 +68,10 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
     parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help="bundled model name, local model folder or .gguf, openai:MODEL@URL, or BACKEND:SPEC of an installed backend (default: %(default)s)")
     parser.add_argument("--ir", type=Path, metavar="FILE", help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: plan, then lower by cost; linear: the TSSS template directly; tree: PlanRAG parallel tree (default: %(default)s)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade (default: %(default)s)")
+    parser.add_argument("--policy", choices=POLICIES, default=None, help="auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, fast the fastest (default: balanced)")
+    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="auto: leave out operators estimated to take longer")
+    parser.add_argument("--statistics", type=Path, default=None, metavar="FILE", help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside the index, else the bundled defaults)")
     group = parser.add_argument_group("execution")
     group.add_argument("-k", type=int, default=3, help="passages retrieved per step (default: %(default)s)")
     group.add_argument("--mode", choices=RETRIEVAL_MODES, default="hybrid", help="retrieval mode (default: %(default)s)")
@@ -159,6 +162,9 @@ def config_from_args(args: argparse.Namespace) -> EngineConfig:
             span_constants=opt("span_constants", base.span_constants),  # type: ignore[arg-type]
             anchor_repairs=opt("anchor_repairs", base.anchor_repairs),  # type: ignore[arg-type]
             max_question_chars=opt("max_question_chars", base.max_question_chars),  # type: ignore[arg-type]
+            policy=opt("policy", base.policy),  # type: ignore[arg-type]
+            time_budget=given.get("time_budget"),
+            statistics=given.get("statistics"),
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from pathlib import Path
@@ -24,8 +23,9 @@ SOURCE = "index.source.json"
 
 def index_digest(index: Index) -> str:
     """A digest of the index's files (from its manifest's checksums): equal digests, equal indexes."""
-    entries = sorted((f.path, f.sha256) for f in index.manifest.files)
-    return hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+    from nlqo.statistics.store import index_digest as manifest_digest
+
+    return manifest_digest(index.manifest)
 
 
 def open_index(

@@ -10,6 +10,7 @@ from nlqo.execute.lower import PhysicalPlan
 from nlqo.execute.choice import CHOICE_NODE
 from nlqo.execute.fallback import FALLBACK_NODE
 from nlqo.execute.trace import RunResult, Step
+from nlqo.kinds import Operator
 from nlqo.plan import ROOT
 
 
@@ -20,7 +21,7 @@ def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
     order = [n for n in physical.logical.tree.postorder() if n != ROOT]
     for i, step in enumerate(result.trace):
         node = step.node
-        if physical.operator == "retrieve":
+        if physical.operator not in ("linear", "tree") or not physical.parsed:
             node = ROOT
         elif physical.operator == "linear" and node.startswith("hop-"):
             hop = _hop_number(node) - 1
@@ -62,20 +63,9 @@ def node_actuals(steps: list[Step]) -> dict[str, Any]:
 
 def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
     """What runs each node: the operator and its wave (tree) or hop (linear)."""
-    out = {}
-    if physical.operator == "tree":
-        for wave, nodes in enumerate(physical.waves, 1):
-            for n in nodes:
-                out[n] = f"ParallelTree wave {wave}"
-    elif physical.operator == "retrieve":
-        for n in physical.logical.tree.nodes:
-            out[n] = "Retrieve: one retrieval, one answer" if n == ROOT else "answered by the root's retrieval"
-    else:
-        order = [n for n in physical.logical.tree.postorder() if n != ROOT]
-        for i, n in enumerate(order, 1):
-            out[n] = f"LinearTemplate hop {i} hint"
-        out[ROOT] = "LinearTemplate final answer"
-    return out
+    from nlqo.operators import OPERATORS
+
+    return dict(OPERATORS[Operator(physical.operator)].annotate(physical))
 
 
 def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
@@ -115,26 +105,57 @@ def parsing_lines(result: RunResult) -> list[str]:
     return lines
 
 
-OPERATOR_NAMES = {"linear": "LinearTemplate (TSSS)", "tree": "ParallelTree (PlanRAG)", "retrieve": "Retrieve (standard RAG)"}
+def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> list[str]:
+    """The operator, why it was chosen (every candidate with its estimates, when ``auto`` chose by
+    statistics), each structural estimate, and with ``result`` estimated against actual seconds."""
+    from nlqo.operators import OPERATORS
 
-
-def physical_lines(physical: PhysicalPlan) -> list[str]:
-    est = physical.estimates
-    lines = [f"Physical plan: {OPERATOR_NAMES[physical.operator]}"]
-    lines.append(f"  chosen: {physical.reason}")
-    for name, e in est.items():
+    lines = [f"Physical plan: {OPERATORS[Operator(physical.operator)].label}"]
+    if physical.choice is not None:
+        lines += choice_lines(physical.choice)
+    else:
+        lines.append(f"  chosen: {physical.reason}")
+    if not physical.parsed:
+        lines.append("  (the question was not parsed: the plan above is the question as one atom)")
+    for name, e in physical.estimates.items():
         lines.append(
-            f"  estimate {name}: {e.ms / 1000:.1f} s, {e.llm_calls} LLM calls, {e.generated_tokens} generated, "
+            f"  structural estimate {name}: {e.ms / 1000:.1f} s, {e.llm_calls} LLM calls, {e.generated_tokens} generated, "
             f"{e.computed_prompt_tokens} prompt tokens computed"
         )
+    if result is not None and physical.choice is not None:
+        estimated, actual = physical.choice.chosen.seconds, (result.planning_ms + result.execution_ms) / 1000
+        lines.append(f"  seconds: estimated {estimated:.1f}, actual {actual:.1f}, q-error {q_error(estimated, actual):.2f}")
     return lines
+
+
+def choice_lines(choice) -> list[str]:
+    """Every candidate of a choice by statistics: estimated EM with its interval and sample count, seconds."""
+    lines = [f"  choice: policy {choice.policy}, question class {choice.question_class}; statistics: {choice.statistics}"]
+    for c in sorted(choice.candidates, key=lambda c: c.seconds):
+        mark = "->" if c.operator == choice.operator else "  "
+        lines.append(f"  {mark} {c.operator:<9} est. EM {c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}] n={c.n} ({c.basis}), est. {c.seconds:.1f} s")
+    lines.append(f"  chosen: {choice.operator}: {choice.reason}")
+    if choice.skipped:
+        lines.append(f"  skipped: {choice.skipped}")
+    return lines
+
+
+def q_error(estimated: float, actual: float) -> float:
+    """max(est/actual, actual/est): 1 is a perfect estimate.
+
+    >>> q_error(10, 8), q_error(8, 10), q_error(0, 1)
+    (1.25, 1.25, inf)
+    """
+    if estimated <= 0 or actual <= 0:
+        return float("inf") if estimated != actual else 1.0
+    return max(estimated / actual, actual / estimated)
 
 
 def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None) -> str:
     """The plan tree with physical operators (and actuals when ``result`` is given), then totals."""
     notes = actual_annotations(result, physical) if result is not None else physical_annotations(physical)
     body = explain.text(physical.logical, model=model, costs=costs, annotations=notes)
-    lines = [body, *physical_lines(physical)]
+    lines = [body, *physical_lines(physical, result)]
     if result is not None:
         s = result.stats()
         lines += parsing_lines(result)
@@ -170,7 +191,22 @@ def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, cos
         "estimates": {k: {"ms": e.ms, "llm_calls": e.llm_calls, "generated_tokens": e.generated_tokens, "computed_prompt_tokens": e.computed_prompt_tokens} for k, e in physical.estimates.items()},
         "waves": [list(w) for w in physical.waves],
         "hints": list(physical.hints),
+        "parsed": physical.parsed,
+        "choice": None if physical.choice is None else choice_dict(physical.choice, result),
     }
     if result is not None and trace:
         data["analyze"] = result.to_dict(texts=True)
+    return data
+
+
+def choice_dict(choice, result: RunResult | None) -> dict[str, Any]:
+    """A choice by statistics as JSON, with estimated against actual seconds when run."""
+    import attrs
+
+    data = attrs.asdict(choice)
+    if result is not None:
+        actual = (result.planning_ms + result.execution_ms) / 1000
+        data["actual_seconds"] = actual
+        q = q_error(choice.chosen.seconds, actual)
+        data["q_error"] = q if q != float("inf") else None
     return data

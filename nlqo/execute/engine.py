@@ -6,7 +6,7 @@ import time
 
 import attrs
 
-from nlqo.config import EngineConfig
+from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
 from nlqo.errors import LimitError, ParseFailure
 from nlqo.execute.choice import held_to_options
 from nlqo.execute.fallback import answer_or_fallback
@@ -17,13 +17,19 @@ from nlqo.execute.tree import TreeExecutor
 from nlqo.llm.base import LLM
 from nlqo.optimizer import Optimizer
 from nlqo.parser import parse_question
-from nlqo.ir import Query
-from nlqo.kinds import Operator
+from nlqo.ir import Atom, Const, Query, Var
+from nlqo.kinds import Operator, Policy
+from nlqo.operators import OPERATORS
+from nlqo.statistics.features import question_class
+from nlqo.statistics.policy import Candidate, Choice, choose
+from nlqo.statistics.store import Statistics, differences
 from nlqo.passages import Embedder, Retriever
 from nlqo.plan import Plan
 
-STRATEGIES = ("auto", "linear", "tree")
-"""Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`)."""
+STRATEGIES = STRATEGY_NAMES
+"""Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
+PLANNED = "planned"
+"""Internal strategy: parse, plan, and lower by structural cost (what a cascade escalates to)."""
 
 
 @attrs.frozen
@@ -61,6 +67,10 @@ class Engine:
     tree: TreeExecutor
     profile: BackendProfile = BackendProfile()
     config: EngineConfig = EngineConfig()
+    statistics: Statistics | None = None
+    """Operator statistics ``auto`` chooses by (``nlqo analyze``; else the bundled defaults)."""
+    identity: dict = attrs.field(factory=dict)
+    """What this engine runs on (model, runtime, embedder, k, retrieval, index digest), as statistics record it."""
     """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
     parse (``repairs``, ``constrained``, ``parse_atoms``, ``anchored``, ``span_constants``, ``anchor_repairs``) and the limits are read from it."""
 
@@ -92,10 +102,29 @@ class Engine:
             )
 
     def plan(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> Planned:
-        """Parse and optimise; lower unless the strategy needs no plan. Parse failures are reported, not raised."""
+        """Choose the operator and, when it needs one, parse and optimise a plan; lower it.
+
+        ``auto`` chooses by statistics and policy before anything runs (:meth:`choose`), and parses
+        only for an operator that needs a plan. An operator named as the strategy is forced on the
+        parsed plan. Parse failures are reported, not raised."""
         self._check(question)
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
+        choice = None
+        if strategy == "auto" and self.config.policy == Policy.STRUCTURAL:
+            strategy = PLANNED
+        if strategy == "auto":
+            choice = self.choose(question)
+            if not OPERATORS[Operator(choice.operator)].needs_plan:
+                skipped = f"no parse: {choice.operator} needs no plan"
+                return self.unparsed(question, choice.operator, choice=attrs.evolve(choice, skipped=skipped))
+            strategy = choice.operator
+        planned = self._parse_and_plan(question, strategy, trace)
+        if choice is not None and planned.physical is not None:
+            planned = attrs.evolve(planned, physical=attrs.evolve(planned.physical, choice=choice))
+        return planned
+
+    def _parse_and_plan(self, question: str, strategy: str, trace: Trace) -> Planned:
         started = time.perf_counter()
         at = trace.now_ms()
         try:
@@ -119,6 +148,42 @@ class Engine:
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
         return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)
 
+    def choose(self, question: str) -> Choice:
+        """The operator the policy picks for ``question`` from the statistics, with every candidate."""
+        from nlqo.statistics.store import BUNDLED, load
+
+        stats = self.statistics or load(BUNDLED, bundled=True)
+        kind = question_class(question)
+        candidates = []
+        for operator in OPERATORS:
+            got = stats.get(operator, kind)
+            if got is not None:
+                s, basis = got
+                candidates.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * self._time_scale(stats), basis))
+        choice = choose(candidates, self.config.policy, time_budget=self.config.time_budget)
+        note = stats.describe()
+        if stats.bundled:
+            diff = differences(stats, self.identity)
+            note += "; measured with " + "; ".join(diff) + " (run 'nlqo analyze' for this setup)" if diff else ""
+        return attrs.evolve(choice, question_class=str(kind), statistics=note)
+
+    def _time_scale(self, stats: Statistics) -> float:
+        """Measured seconds scaled to this backend's speed, when both were measured."""
+        if stats.prefill_ms_per_token and self.profile.source == "measured":
+            return self.profile.prefill_ms_per_token / stats.prefill_ms_per_token
+        return 1.0
+
+    def unparsed(self, question: str, operator: str, *, choice: Choice | None = None, reason: str = "") -> Planned:
+        """A physical plan for an operator that needs no plan: the question as one atom, not parsed."""
+        started = time.perf_counter()
+        query = Query(atoms=(Atom("q1", Var("answer"), Const("answers"), Const(question)),), answer=(Var("answer"),), question=question)
+        plan = self.optimizer.optimize(query)
+        physical = lower(plan, self.profile, k=self.k, force=operator, simple=self.config.simple_plans)
+        estimates = {str(o): op.estimate(plan, self.profile, self.k) for o, op in OPERATORS.items()}
+        why = reason or (f"chosen by the {choice.policy} policy: {choice.reason}" if choice else f"forced by --strategy {operator}")
+        physical = attrs.evolve(physical, estimates=estimates, parsed=False, choice=choice, reason=why, hints=())
+        return Planned(plan, physical, (time.perf_counter() - started) * 1000)
+
     def plan_query(self, query: Query, *, strategy: str | None = None, trace: Trace | None = None) -> Planned:
         """Optimise and lower an already parsed query (a hand-written IR file, say)."""
         trace = trace or Trace()
@@ -128,7 +193,7 @@ class Engine:
         plan = self.optimizer.optimize(query)
         if plan.stats.llm_calls:
             trace.record(Step.llm("relations", plan.stats.llm_usage, f"{plan.stats.llm_calls} relation calls", at))
-        physical = lower(plan, self.profile, k=self.k, force=None if strategy == "auto" else strategy, simple=self.config.simple_plans)
+        physical = lower(plan, self.profile, k=self.k, force=None if strategy in ("auto", PLANNED) else strategy, simple=self.config.simple_plans)
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -140,8 +205,8 @@ class Engine:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
         trace = trace or Trace()
-        if strategy == "linear":
-            return self._finish(self.linear.run(question, trace=trace, strategy="linear"), trace)
+        if strategy != "auto" and not OPERATORS[Operator(strategy)].needs_plan:
+            return self.execute(question, self.unparsed(question, strategy), strategy=strategy, trace=trace)
         return self.execute(question, self.plan(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
 
     def execute(self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -149,7 +214,7 @@ class Engine:
         self._check(question)
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
-        return self._finish(self._run(question, planned, strategy, trace), trace)
+        return self._finish(self.run_planned(question, planned, strategy, trace), trace)
 
     def _finish(self, result: RunResult, trace: Trace) -> RunResult:
         """An empty answer asked again (:func:`answer_or_fallback`), then a choice question's answer
@@ -162,22 +227,17 @@ class Engine:
             return result
         return attrs.evolve(finished, execution_ms=result.execution_ms + (time.perf_counter() - started) * 1000)
 
-    def _run(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
+    def run_planned(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
+        """Run a planned question on its physical operator (the template when the question did not
+        parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
             result = self._retrieve(question, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
             return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
         physical = planned.physical
-        if physical.operator == Operator.TREE:
-            result = self.tree.run(physical.logical, trace=trace, strategy=strategy)
-        elif physical.operator == Operator.RETRIEVE:
-            result = self._retrieve(question, trace, strategy)
-        elif self.config.plan_steps:
-            result = self.linear.run(question, steps=physical.hints, trace=trace, strategy=strategy)
-        else:
-            hints = physical.hints if self.config.plan_hints else ()
-            result = self.linear.run(question, hints=hints, trace=trace, strategy=strategy)
-        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms, plan=physical.logical, physical=physical)
+        result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
+        plan = physical.logical if physical.parsed else None
+        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms + result.planning_ms, plan=plan, physical=physical)
 
     def _retrieve(self, question: str, trace: Trace, strategy: str) -> RunResult:
         """One retrieval with the question and one answer (the standard-rag baseline's prompt)."""

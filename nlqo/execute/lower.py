@@ -9,7 +9,7 @@ the backend serves requests in parallel, but recomputes every prompt.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from typing import Any, Mapping
 
 import attrs
 
@@ -73,6 +73,11 @@ class PhysicalPlan:
     """Atom texts in execution order, offered to the linear template."""
     waves: tuple[tuple[str, ...], ...] = ()
     """Nodes by execution wave (tree)."""
+    parsed: bool = True
+    """False when the question was not parsed (the operator needs no plan, or parsing failed):
+    ``logical`` is then the question as one atom."""
+    choice: Any = None
+    """How ``auto`` chose the operator from statistics (:class:`nlqo.statistics.policy.Choice`), or None."""
 
 
 _PROBE_TEXT = (
@@ -232,6 +237,12 @@ def estimate_retrieve(profile: BackendProfile, k: int) -> Estimate:
     generated = 8
     ms = computed * profile.prefill_ms_per_token + generated * profile.decode_ms_per_token + profile.retrieve_ms
     return Estimate(ms=ms, llm_calls=1, generated_tokens=generated, computed_prompt_tokens=computed)
+
+
+def estimate_iterate(profile: BackendProfile, k: int, rounds: int) -> Estimate:
+    """``rounds`` retrievals, each followed by one short answer over its passages."""
+    one = estimate_retrieve(profile, k)
+    return Estimate(ms=rounds * one.ms, llm_calls=rounds, generated_tokens=rounds * one.generated_tokens, computed_prompt_tokens=rounds * one.computed_prompt_tokens)
 
 
 def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None, simple: str = "linear") -> PhysicalPlan:

@@ -49,3 +49,6 @@ def _builder(mode: str):
 linear = _builder("linear")
 tree = _builder("tree")
 auto = _builder("auto")
+retrieve = _builder("retrieve")
+iterate = _builder("iterate")
+cascade = _builder("cascade")

@@ -18,15 +18,15 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from nlqo.config import EngineConfig
+from nlqo.config import STRATEGIES as ENGINE_STRATEGIES, EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.execute.trace import RunResult, Trace
 from nlqo.llm.base import LLM
 from nlqo.passages import Embedder, Retriever
 from nlqo.strategies.baselines import BASELINES
 
-PLANNED = ("linear", "tree", "auto")
-"""Strategies that parse, plan and execute; built by ``nlqo.execute.strategies``."""
+PLANNED: tuple[str, ...] = ENGINE_STRATEGIES
+"""The engine's strategies (``auto`` and each operator); built by ``nlqo.execute.strategies``."""
 
 STRATEGIES: tuple[str, ...] = (*BASELINES, *PLANNED)
 """Every strategy name ``build_strategy`` knows, baselines first."""

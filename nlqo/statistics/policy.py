@@ -1,0 +1,90 @@
+"""Choosing an operator from estimates of quality and time, as a planner chooses a join method.
+
+* ``quality``: the best estimated exact match (the faster on a tie);
+* ``balanced`` (default): the fastest operator whose estimate lies within the best one's 95% interval;
+* ``fast``: the fastest.
+
+A time budget first drops operators estimated to take longer (all but the fastest when none fits).
+No policy picks an operator that another one dominates (at least as good and at least as fast,
+better in one): ties on time go to the better estimate.
+
+>>> cands = [Candidate("retrieve", 0.40, 0.30, 0.50, 50, 8.0), Candidate("iterate", 0.44, 0.34, 0.54, 50, 13.0),
+...          Candidate("tree", 0.30, 0.20, 0.40, 50, 28.0)]
+>>> [choose(cands, p).operator for p in ("quality", "balanced", "fast")]
+['iterate', 'retrieve', 'retrieve']
+>>> choose(cands, "quality", time_budget=10).operator
+'retrieve'
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import attrs
+
+from nlqo.errors import ConfigError
+from nlqo.kinds import Policy
+
+
+@attrs.frozen
+class Candidate:
+    """One operator's estimates for a question."""
+
+    operator: str
+    em: float
+    em_low: float
+    em_high: float
+    n: int
+    seconds: float
+    basis: str = "all"
+    """The statistics the estimate comes from: a question class, or ``all``."""
+
+
+@attrs.frozen
+class Choice:
+    operator: str
+    policy: str
+    candidates: tuple[Candidate, ...]
+    reason: str
+    question_class: str = ""
+    statistics: str = ""
+    """Where the statistics come from (EXPLAIN prints it)."""
+    skipped: str = ""
+    """Work the choice made unnecessary (e.g. no parse)."""
+
+    @property
+    def chosen(self) -> Candidate:
+        return next(c for c in self.candidates if c.operator == self.operator)
+
+
+def _speed(c: Candidate) -> tuple[float, float, str]:
+    return (c.seconds, -c.em, c.operator)
+
+
+def choose(candidates: Sequence[Candidate], policy: str = Policy.BALANCED, *, time_budget: float | None = None) -> Choice:
+    """The operator ``policy`` picks among ``candidates``, and why."""
+    if not candidates:
+        raise ConfigError("no operator to choose from: the statistics measure none of the available operators")
+    policy = Policy(policy)
+    if policy == Policy.STRUCTURAL:
+        raise ConfigError("the structural policy chooses on the parsed plan, not from statistics")
+    pool = list(candidates)
+    note = ""
+    if time_budget is not None:
+        within = [c for c in pool if c.seconds <= time_budget]
+        pool = within or [min(pool, key=_speed)]
+        note = f"; time budget {time_budget:g} s" + ("" if within else ": none fits, the fastest runs")
+    best = max(pool, key=lambda c: (c.em, -c.seconds, c.operator))
+    if policy == Policy.QUALITY:
+        pick, why = best, f"best estimated EM {best.em:.1%}"
+    elif policy == Policy.FAST:
+        pick = min(pool, key=_speed)
+        why = f"fastest, est. {pick.seconds:.1f} s"
+    else:
+        eligible = [c for c in pool if c.em >= best.em_low]
+        pick = min(eligible, key=_speed)
+        why = (
+            f"fastest (est. {pick.seconds:.1f} s) whose EM {pick.em:.1%} lies within the best one's interval "
+            f"({best.operator} {best.em:.1%} [{best.em_low:.1%}, {best.em_high:.1%}], n={best.n})"
+        )
+    return Choice(pick.operator, str(policy), tuple(candidates), why + note)

@@ -1,0 +1,108 @@
+"""Statistics and the policy (issue 38): intervals, the file format, and no dominated choice."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nlqo.errors import ConfigError
+from nlqo.statistics.collect import collect
+from nlqo.statistics.intervals import wilson
+from nlqo.statistics.policy import Candidate, choose
+from nlqo.statistics.store import ALL, MIN_CLASS, BUNDLED, load, save
+
+candidates = st.lists(
+    st.builds(
+        lambda op, em, width, n, seconds: Candidate(op, em, max(0.0, em - width), min(1.0, em + width), n, seconds),
+        st.sampled_from(["retrieve", "iterate", "linear", "tree", "cascade"]),
+        st.floats(0, 1),
+        st.floats(0, 0.3),
+        st.integers(1, 500),
+        st.floats(0.1, 100),
+    ),
+    min_size=1,
+    max_size=5,
+    unique_by=lambda c: c.operator,
+)
+
+
+def dominated(c: Candidate, others) -> bool:
+    return any(o.em >= c.em and o.seconds <= c.seconds and (o.em > c.em or o.seconds < c.seconds) for o in others)
+
+
+@settings(max_examples=500)
+@given(candidates, st.sampled_from(["quality", "balanced", "fast"]), st.one_of(st.none(), st.floats(0.1, 100)))
+def test_no_policy_picks_an_operator_another_one_dominates(cands, policy, budget):
+    choice = choose(cands, policy, time_budget=budget)
+    pool = [c for c in cands if budget is None or c.seconds <= budget] or cands
+    assert choice.operator in {c.operator for c in pool}
+    assert not dominated(choice.chosen, pool)
+
+
+@settings(max_examples=300)
+@given(candidates)
+def test_quality_is_never_worse_than_balanced_and_balanced_never_slower_than_quality(cands):
+    quality, balanced, fast = (choose(cands, p).chosen for p in ("quality", "balanced", "fast"))
+    assert quality.em >= balanced.em >= min(c.em for c in cands)
+    assert fast.seconds <= balanced.seconds <= quality.seconds
+    best = max(cands, key=lambda c: c.em)
+    assert balanced.em >= best.em_low
+
+
+def test_a_budget_nothing_fits_runs_the_fastest_and_says_so():
+    cands = [Candidate("tree", 0.6, 0.5, 0.7, 50, 30.0), Candidate("retrieve", 0.3, 0.2, 0.4, 50, 8.0)]
+    choice = choose(cands, "quality", time_budget=2)
+    assert choice.operator == "retrieve" and "none fits, the fastest runs" in choice.reason
+
+
+@given(st.integers(0, 200), st.integers(1, 200))
+def test_the_wilson_interval_holds_the_estimate_within_zero_and_one(hits, n):
+    hits = min(hits, n)
+    low, high = wilson(hits, n)
+    assert 0 <= low <= hits / n <= high <= 1
+
+
+def test_the_wilson_interval_narrows_with_the_sample_and_matches_a_known_value():
+    assert wilson(20, 50) == pytest.approx((0.2761, 0.5382), abs=1e-4)
+    assert wilson(200, 500)[1] - wilson(200, 500)[0] < wilson(20, 50)[1] - wilson(20, 50)[0]
+
+
+def record(i: int, question: str, em: float, op: str = "retrieve") -> dict:
+    return {"qid": str(i), "strategy": op, "question": question, "answer": "x", "em": em, "f1": em, "seconds": 2.0,
+            "prompt_tokens": 10, "generated_tokens": 1, "llm_calls": 1, "trace": []}  # fmt: skip
+
+
+def test_a_class_with_too_few_questions_borrows_the_estimate_over_all():
+    yes_no = [record(i, "Is Jaws a film?", 1.0) for i in range(MIN_CLASS)]
+    choice = [record(100 + i, "Which came first, Jaws or Alien?", 0.0) for i in range(MIN_CLASS - 1)]
+    stats = collect(yes_no + choice + [record(999, "Who directed Jaws?", 0.0, "standard-rag")], measured_on={})
+    assert stats.get("retrieve", "yes-no")[1] == "yes-no" and stats.get("retrieve", "yes-no")[0].em == 1.0
+    assert stats.get("retrieve", "choice")[1] == ALL and stats.get("retrieve", "choice")[0].n == 2 * MIN_CLASS
+    assert stats.get("tree", "other") is None
+    assert stats.operators["retrieve"]["other"].n == 1  # standard-rag's records count as retrieve's
+    assert "retrieve" in stats.operators and "standard-rag" not in stats.operators
+
+
+def test_a_statistics_file_round_trips_and_a_foreign_or_torn_one_is_refused(tmp_path):
+    stats = collect([record(i, "Who?", float(i % 2)) for i in range(10)], measured_on={"model": "m", "k": 3})
+    path = save(stats, tmp_path / "statistics.json")
+    again = load(path)
+    assert again.operators == stats.operators and again.measured_on == stats.measured_on
+    path.write_text(path.read_text()[:40])
+    with pytest.raises(ConfigError, match=r"statistics.json: cannot read statistics: .*nlqo analyze"):
+        load(path)
+    path.write_text(json.dumps({"format": "something else"}))
+    with pytest.raises(ConfigError, match="not an nlqo statistics file"):
+        load(path)
+
+
+def test_the_bundled_defaults_load_and_cover_every_operator():
+    from nlqo.operators import OPERATORS
+
+    stats = load(BUNDLED, bundled=True)
+    assert set(stats.operators) == {str(op) for op in OPERATORS}
+    assert all(s[ALL].n == 150 for s in stats.operators.values())
+    assert stats.describe().startswith("bundled defaults")
