@@ -7,9 +7,11 @@ naming the file and line with ``on_error="fail"``; with ``"skip"`` they are coll
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import warnings
+import zlib
 from pathlib import Path
 from typing import IO, Iterator, cast
 
@@ -18,6 +20,7 @@ import attrs
 from nlqo.errors import CorpusError
 from nlqo.index.chunking import Chunking, chunk_text, first_heading
 from nlqo.passages import Passage
+from nlqo.paths import FILE, FOLDER, found
 
 ON_ERROR = ("skip", "fail")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
@@ -52,8 +55,9 @@ class Corpus:
     def __iter__(self) -> Iterator[Passage]:
         self.skipped = []
         seen: dict[str, int | None] = {}
-        if not self.source.exists():
-            raise CorpusError("no such file or folder", path=str(self.source))
+        what = found(self.source)
+        if what not in (FILE, FOLDER):
+            raise CorpusError(f"expected a corpus file or a folder of text files, found {what}", path=str(self.source))
         for passage, line in self._records():
             if passage.id in seen:
                 first = seen[passage.id]
@@ -76,22 +80,28 @@ class Corpus:
             yield from self._jsonl(self.source)
 
     def _jsonl(self, path: Path) -> Iterator[tuple[Passage, int]]:
-        with _open_binary(path) as fh:
+        try:
+            fh, zipped = _open_binary(path)
+        except OSError as exc:
+            raise CorpusError(f"cannot be read ({exc.strerror or exc})", path=str(path)) from None
+        named_gz = path.name.lower().endswith(".gz") and not zipped
+        with fh:
             lineno = 0
             while True:
                 try:
                     raw = fh.readline()
-                except (OSError, EOFError) as exc:  # a truncated or corrupt gzip stream
+                except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt gzip stream, a read error
                     self._bad(CorpusError(f"cannot read past this line: {exc}", path=str(path), line=lineno + 1))
                     return
                 if not raw:
                     return
                 lineno += 1
                 try:
-                    line = raw.decode("utf-8")
+                    line = _decode(raw[3:] if lineno == 1 and raw.startswith(codecs.BOM_UTF8) else raw)
                     passage = self._record(line) if line.strip() else None
-                except ValueError as exc:  # UnicodeDecodeError is a ValueError too
-                    self._bad(CorpusError(str(exc), path=str(path), line=lineno))
+                except ValueError as exc:
+                    hint = " (the file is named .gz but is not gzip-compressed)" if named_gz else ""
+                    self._bad(CorpusError(f"{exc}{hint}", path=str(path), line=lineno))
                     continue
                 if passage is not None:
                     yield passage, lineno
@@ -101,27 +111,44 @@ class Corpus:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise ValueError("invalid JSON: nested too deeply") from None
+        except ValueError:  # an integer of more digits than Python converts
+            raise ValueError("invalid JSON: a number of more than 4,300 digits") from None
         if not isinstance(record, dict):
-            raise ValueError(f"expected a JSON object, got {type(record).__name__}")
+            raise ValueError(f"expected a JSON object, got {_json_type(record)}")
         f = self.fields
+        fields = ", ".join(sorted(record)) or "none"
         text = record.get(f.text)
-        if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"missing or empty text field {f.text!r} (fields: {', '.join(sorted(record)) or 'none'})")
+        if f.text not in record or text is None or (isinstance(text, str) and not text.strip()):
+            raise ValueError(f"missing or empty text field {f.text!r} (fields: {fields}); name it with --text-field")
+        if not isinstance(text, str):
+            raise ValueError(f"text field {f.text!r} is {_json_type(text)}, not a string")
         ident = record.get(f.id)
-        if not isinstance(ident, (str, int)) or isinstance(ident, bool) or str(ident) == "":
-            raise ValueError(f"missing id field {f.id!r} (fields: {', '.join(sorted(record))}); name it with --id-field")
+        if f.id not in record or ident is None or ident == "":
+            raise ValueError(f"missing id field {f.id!r} (fields: {fields}); name it with --id-field")
+        if not isinstance(ident, (str, int)) or isinstance(ident, bool):
+            raise ValueError(f"id field {f.id!r} is {_json_type(ident)}, not a string or a whole number")
         title = record.get(f.title, "")
         if title is None:
             title = ""
         if not isinstance(title, str):
-            raise ValueError(f"title field {f.title!r} is not a string")
+            raise ValueError(f"title field {f.title!r} is {_json_type(title)}, not a string")
+        for name, value in ((f.id, str(ident)), (f.title, title), (f.text, text)):
+            _check_surrogates(name, value)
         return Passage(id=str(ident), title=title, text=text)
 
     def _text_file(self, path: Path, rel: str) -> Iterator[Passage]:
         try:
-            content = path.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError) as exc:
-            self._bad(CorpusError(f"cannot read as UTF-8 text: {exc}", path=str(path)))
+            data = path.read_bytes()
+        except OSError as exc:
+            self._bad(CorpusError(f"cannot be read ({exc.strerror or exc})", path=str(path)))
+            return
+        try:
+            content = _decode(data[3:] if data.startswith(codecs.BOM_UTF8) else data)
+        except ValueError as exc:
+            bad = data.count(b"\n", 0, getattr(exc, "start", 0)) + 1
+            self._bad(CorpusError(str(exc), path=str(path), line=bad))
             return
         if not content.strip():
             self._bad(CorpusError("empty file", path=str(path)))
@@ -151,10 +178,53 @@ def _text_files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
-def _open_binary(path: Path) -> IO[bytes]:
-    """The file's bytes, gunzipped when it starts with the gzip magic number."""
+def _open_binary(path: Path) -> tuple[IO[bytes], bool]:
+    """The file's bytes, gunzipped when it starts with the gzip magic number (then ``True``)."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return cast(IO[bytes], gzip.open(path, "rb"))
-    return open(path, "rb")
+        return cast(IO[bytes], gzip.open(path, "rb")), True
+    return open(path, "rb"), False
+
+
+class _NotText(ValueError):
+    """Bytes that are not UTF-8; ``start`` is the offset of the first bad byte."""
+
+    def __init__(self, message: str, start: int):
+        self.start = start
+        super().__init__(message)
+
+
+def _decode(raw: bytes) -> str:
+    """``raw`` as UTF-8, or :class:`_NotText` naming the first bad byte and its column.
+
+    >>> _decode(b'{"text": "caf\\xe9"}')
+    Traceback (most recent call last):
+    ...
+    nlqo.index.corpus._NotText: not UTF-8 text (byte 0xe9 at column 14); save the file as UTF-8
+    """
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise _NotText(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); save the file as UTF-8", exc.start) from None
+
+
+def _check_surrogates(field: str, value: str) -> None:
+    """Refuse half a surrogate pair (``\\ud800`` in JSON): no file or database can store it."""
+    for i, ch in enumerate(value):
+        if "\ud800" <= ch <= "\udfff":
+            raise ValueError(f"field {field!r} holds \\u{ord(ch):04x}, half of a surrogate pair, at character {i + 1}: write the character itself or both halves")
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    for kind, name in ((str, "a string"), (list, "a list"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__

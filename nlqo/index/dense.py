@@ -69,7 +69,7 @@ def write_dense(index, path: Path) -> None:
     import faiss
 
     with open(path, "wb") as fh:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]
 
 
 def open_dense(path: Path, params: DenseParams, dim: int, count: int):
@@ -84,6 +84,9 @@ def open_dense(path: Path, params: DenseParams, dim: int, count: int):
         raise IndexFileError(f"{path}: cannot read the FAISS index ({exc})") from exc
     if index.d != dim or index.ntotal != count:
         raise IndexFileError(f"{path}: holds {index.ntotal} vectors of dimension {index.d}, the manifest says {count} of {dim}")
+    expected = {"hnsw": "hnsw", "ivf": "nprobe"}.get(params.kind)
+    if expected is not None and not hasattr(index, expected):
+        raise IndexFileError(f"{path}: holds a {type(index).__name__}, but the manifest says it is a {params.kind} index")
     if params.kind == "hnsw":
         index.hnsw.efSearch = params.ef_search
     elif params.kind == "ivf":

@@ -10,6 +10,7 @@ from pathlib import Path
 import attrs
 
 from nlqo.errors import IndexFileError
+from nlqo.paths import FILE, found
 
 FILENAME = "manifest.json"
 FORMAT = "nlqo-index"
@@ -78,7 +79,13 @@ class Manifest:
         data.pop("format")
         data.pop("format_version")
         try:
-            data["files"] = tuple(FileEntry(**f) for f in data.get("files", ()))
+            _check_types(data, _TYPES)
+            files = data.get("files", [])
+            if not isinstance(files, list):
+                raise TypeError(f"'files' is {_json_type(files)}, not a list")
+            for entry in files:
+                _check_types(entry, _FILE_TYPES, "a file entry")
+            data["files"] = tuple(FileEntry(**f) for f in files)
             return cls(**data)
         except TypeError as exc:
             raise IndexFileError(f"{path}: malformed manifest ({exc}); the index is damaged, {hint}") from exc
@@ -86,12 +93,17 @@ class Manifest:
     @classmethod
     def read(cls, folder: Path) -> Manifest:
         file = folder / FILENAME
-        if not file.is_file():
-            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME})")
+        what = found(file)
+        if what.startswith("nothing"):
+            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME}: {_holding(folder)}); expected a folder written by 'nlqo index SOURCE --out DIR'")
+        if what != FILE:
+            raise IndexFileError(f"{file}: expected the index's manifest, a JSON file, found {what}; {rebuild_hint(folder)}")
         try:
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
             raise IndexFileError(f"{file}: not valid UTF-8 ({exc}); the index is damaged, {rebuild_hint(folder)}") from exc
+        except OSError as exc:
+            raise IndexFileError(f"{file}: cannot be read ({exc.strerror or exc}); {rebuild_hint(folder)}") from exc
         return cls.from_json(text, path=str(file))
 
     def verify(self, folder: Path, *, checksums: bool = True) -> None:
@@ -106,6 +118,51 @@ class Manifest:
                 raise IndexFileError(f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, {hint}")
             if checksums and sha256_file(file) != entry.sha256:
                 raise IndexFileError(f"{file}: checksum differs from the manifest; the index is damaged, {hint}")
+
+
+_TYPES = {"embedder": str, "dim": int, "count": int, "kind": str, "source": str, "created": str, "nlqo_version": str,
+          "query_prefix": str, "passage_prefix": str, "embed_title": bool, "faiss": dict, "skipped": int}  # fmt: skip
+_FILE_TYPES = {"path": str, "size": int, "sha256": str}
+
+
+def _check_types(data: object, types: dict[str, type], what: str = "the manifest") -> None:
+    """Raise TypeError unless ``data`` is a JSON object whose known fields have their types."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{what} is {_json_type(data)}, not an object")
+    for name, expected in types.items():
+        value = data.get(name)
+        if name in data and (not isinstance(value, expected) or (expected is int and isinstance(value, bool))):
+            raise TypeError(f"field {name!r} of {what} is {_json_type(value)}, not {_json_type(expected())}")
+
+
+def _json_type(value: object) -> str:
+    """The JSON type of a value, for messages.
+
+    >>> _json_type(None), _json_type(3), _json_type("x"), _json_type([])
+    ('null', 'a number', 'a string', 'a list')
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, (int, float)):
+        return "a number"
+    for kind, name in ((str, "a string"), (list, "a list"), (dict, "an object")):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _holding(folder: Path) -> str:
+    """What ``folder`` holds, in a few names, for a message about a folder that is not an index."""
+    try:
+        names = sorted(p.name for p in folder.iterdir())
+    except OSError as exc:
+        return f"the folder cannot be listed ({exc.strerror or exc})"
+    if not names:
+        return "the folder is empty"
+    more = f" and {len(names) - 4} more" if len(names) > 4 else ""
+    return f"the folder holds {', '.join(names[:4])}{more}"
 
 
 def rebuild_hint(folder: Path, source: str | None = None) -> str:

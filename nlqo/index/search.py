@@ -14,6 +14,7 @@ from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
 from nlqo.index.manifest import FILENAME as MANIFEST, Manifest, rebuild_hint
 from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
 from nlqo.passages import Embedder, Hit, Passage, Retriever
+from nlqo.paths import FOLDER, found
 
 HYBRID_DEPTH = 100
 """How many candidates each side contributes to a hybrid search by default."""
@@ -41,10 +42,13 @@ class Index:
         the SHA-256 of every file (sizes are always checked).
         """
         path = Path(path)
-        if not path.is_dir():
+        what = found(path)
+        if what.startswith("nothing"):
             old = atomic.leftovers(path.absolute(), "old")
-            hint = f"; an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)" if old else ""
-            raise IndexFileError(f"{path}: no such index folder{hint}")
+            hint = f"an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)" if old else f"build one with: nlqo index SOURCE --out {path}"
+            raise IndexFileError(f"{path}: no such index folder ({what}); {hint}")
+        if what != FOLDER:
+            raise IndexFileError(f"{path}: expected an index folder written by 'nlqo index', found {what}")
         manifest = Manifest.read(path)
         manifest.verify(path, checksums=verify)
         if isinstance(embedder, str):

@@ -1,0 +1,66 @@
+"""What is at a path a user gave, in words, for messages that name the path and what was expected.
+
+>>> import tempfile
+>>> folder = Path(tempfile.mkdtemp())
+>>> (folder / "notes.txt").write_text("hi")
+2
+>>> (folder / "loop").symlink_to(folder / "loop")
+>>> found(folder), found(folder / "notes.txt"), found(folder / "loop")
+('a folder', 'a file', 'a symlink loop')
+>>> found(folder / "notes.txt" / "idx") == f"nothing: {folder / 'notes.txt'} is a file, so nothing can be under it"
+True
+>>> found(folder / "missing")
+'nothing (no such file or folder)'
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from pathlib import Path
+
+FOLDER = "a folder"
+FILE = "a file"
+
+
+def found(path: str | os.PathLike[str]) -> str:
+    """What ``path`` is: ``a folder`` or ``a file`` when it can be read, else what stands in the way
+    (nothing there, a file above it, a symlink loop or a broken symlink, a FIFO, socket or device,
+    a folder or file that cannot be read and why)."""
+    path = Path(path)
+    try:
+        info = path.stat()
+    except OSError as exc:
+        return _missing(path, exc)
+    if stat.S_ISDIR(info.st_mode):
+        try:
+            with os.scandir(path) as entries:
+                next(entries, None)
+        except OSError as exc:
+            return f"a folder that cannot be read ({exc.strerror or exc})"
+        return FOLDER
+    if stat.S_ISREG(info.st_mode):
+        try:
+            with open(path, "rb") as fh:
+                fh.read(1)
+        except OSError as exc:
+            return f"a file that cannot be read ({exc.strerror or exc})"
+        return FILE
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+        if test(info.st_mode):
+            return name
+    return "neither a file nor a folder"
+
+
+def _missing(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "a symlink loop"
+    if exc.errno == errno.ENOTDIR:
+        above = next((p for p in path.parents if p.is_file()), None)
+        return f"nothing: {above or 'a path above it'} is a file, so nothing can be under it"
+    if exc.errno == errno.ENOENT:
+        if path.is_symlink():
+            return f"a broken symlink (to {os.readlink(path)})"
+        return "nothing (no such file or folder)"
+    return f"a path that cannot be read ({exc.strerror or exc})"
