@@ -69,6 +69,10 @@ class LimitError(NlqoError):
     """An input beyond a documented limit (atoms to plan, characters of a question); names the limit and how to change it."""
 
 
+class QuestionError(NlqoError):
+    """A question (or query) that cannot be asked: empty, without a word, or holding characters that are not text."""
+
+
 class ConfigError(NlqoError):
     """Bad configuration, named with its file and line where there is one."""
 

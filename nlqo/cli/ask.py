@@ -8,6 +8,7 @@ import sys
 
 from nlqo.cli import common
 from nlqo.execute.trace import RunResult, Trace
+from nlqo.questions import check_question
 
 
 def register(subparsers) -> None:
@@ -26,6 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_question(args.question, max_chars=args.max_question_chars)  # before a model loads
     engine = common.build_engine(args)
     trace = Trace(on_step=common.progress_printer(not args.quiet))
     if args.ir is None or args.strategy == "linear":

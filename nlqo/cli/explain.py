@@ -11,6 +11,7 @@ from nlqo.cli import common
 from nlqo.cost import CostContext
 from nlqo.errors import ParseFailure
 from nlqo.execute.trace import Trace
+from nlqo.questions import check_question
 
 
 def register(subparsers) -> None:
@@ -33,6 +34,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_question(args.question, max_chars=args.max_question_chars)  # before a model loads
     engine = common.build_engine(args)
     trace = Trace(on_step=common.progress_printer(not args.quiet))
     strategy = args.strategy

@@ -7,6 +7,7 @@ import sys
 
 from nlqo.cli import common
 from nlqo.parser import parse_question
+from nlqo.questions import check_question
 
 
 def register(subparsers) -> None:
@@ -20,6 +21,7 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     p.add_argument("--model", default=common.DEFAULT_MODEL, metavar="NAME", help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)")
     p.add_argument("--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)")
+    p.add_argument("--max-question-chars", type=int, default=2000, metavar="N", help="refuse longer questions (default: %(default)s)")
     p.add_argument("--ir-cleanup", action="store_true", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it")
     common.add_runtime_options(p)
     common.add_constrained_options(p)
@@ -30,6 +32,7 @@ def run(args: argparse.Namespace) -> int:
     from nlqo.builder import load_model
 
     config = common.config_from_args(args)
+    check_question(args.question, max_chars=config.max_question_chars)  # before the model loads
     llm = load_model(config)
     result = parse_question(
         args.question, llm, repairs=args.repairs, cleanup=args.ir_cleanup, constrained=config.constrained, max_atoms=config.parse_atoms,

@@ -41,7 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nlqo.index.search import Index
+    from nlqo.questions import check_question
 
+    check_question(args.query, what="query")
     index = Index.open(args.index, embedder=args.embedder, verify=not args.no_verify)
     hits = index.retriever(args.mode).search(args.query, args.k)
     if args.format == "json":

@@ -1,0 +1,44 @@
+"""Checks on a question before anything is loaded for it: one clear error instead of a model's confusion.
+
+>>> check_question("Who wrote The Hobbit?")
+>>> check_question("  ")
+Traceback (most recent call last):
+...
+nlqo.errors.QuestionError: the question is empty
+>>> check_question("Who wrote\\x00 The Hobbit?")
+Traceback (most recent call last):
+...
+nlqo.errors.QuestionError: the question holds a control character (U+0000) at character 10; remove it
+"""
+
+from __future__ import annotations
+
+import unicodedata
+
+from nlqo.errors import LimitError, QuestionError
+
+ALLOWED_CONTROLS = "\t\n\r"
+"""Control characters a question may hold (a pasted question may span lines)."""
+
+
+def check_question(text: str, *, max_chars: int | None = None, what: str = "question") -> None:
+    """Raise :class:`QuestionError` unless ``text`` is something to ask: not blank, with a letter or
+    digit, no control character but tab and line breaks, no half of a surrogate pair (what Python
+    makes of bytes on the command line that are not UTF-8); :class:`LimitError` beyond ``max_chars``."""
+    if max_chars is not None and len(text) > max_chars:
+        raise LimitError(
+            f"the {what} has {len(text):,} characters, more than {max_chars:,} "
+            "(--max-question-chars, EngineConfig.max_question_chars); shorten it, or split it into questions"
+        )
+    if not text.strip():
+        raise QuestionError(f"the {what} is empty")
+    for i, ch in enumerate(text, start=1):
+        if "\ud800" <= ch <= "\udfff":
+            raise QuestionError(
+                f"the {what} is not valid text: character {i} is half of a surrogate pair (U+{ord(ch):04X}), "
+                "which is what bytes that are not UTF-8 become on the command line; check the terminal's encoding"
+            )
+        if unicodedata.category(ch) == "Cc" and ch not in ALLOWED_CONTROLS:
+            raise QuestionError(f"the {what} holds a control character (U+{ord(ch):04X}) at character {i}; remove it")
+    if not any(ch.isalnum() for ch in text):
+        raise QuestionError(f"the {what} has no letter or digit: nothing to ask")
