@@ -149,12 +149,12 @@ def read_records(path: Path, *, repair: bool = True, required: Sequence[str] = (
         with writing(path, "the file is unchanged"):
             with open(path, "r+b") as fh:
                 fh.truncate(end)
-        line = data.count(b"\n", 0, end) + 1
-        warnings.warn(f"{path}:{line}: dropped a torn last record ({len(data) - end} bytes, left by a run killed while writing it); its run goes again", RepairWarning, stacklevel=2)
+        torn = data.count(b"\n", 0, end) + 1
+        warnings.warn(f"{path}:{torn}: dropped a torn last record ({len(data) - end} bytes, left by a run killed while writing it); its run goes again", RepairWarning, stacklevel=2)
     records = []
-    for line_no, line in enumerate(data[:end].split(b"\n")[:-1], start=1):
-        if line.strip():
-            records.append(_parse(line, path, line_no, required))
+    for line_no, text in enumerate(data[:end].split(b"\n")[:-1], start=1):
+        if text.strip():
+            records.append(_parse(text, path, line_no, required))
     return records
 
 
