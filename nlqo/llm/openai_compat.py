@@ -11,9 +11,11 @@ import email.utils
 import functools
 import http.client
 import json
+import math
 import os
 import random
 import socket
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -54,10 +56,89 @@ def api_base(url: str) -> str:
 class _Retryable(Exception):
     """One failed attempt that may succeed if repeated."""
 
-    def __init__(self, reason: str, retry_after: float | None = None):
+    def __init__(self, reason: str, retry_after: float | None = None, *, timed_out: bool = False):
         super().__init__(reason)
         self.reason = reason
         self.retry_after = retry_after
+        self.timed_out = timed_out
+
+
+class _Deadline:
+    """The end of one attempt: when ``seconds`` have passed, the attempt's socket is shut down, so a
+    server that stalls or trickles bytes (each read within the socket timeout) cannot hold it longer.
+    ``expired`` says whether it came. Use as a context manager around the whole exchange."""
+
+    def __init__(self, seconds: float):
+        self.expired = False
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> "_Deadline":
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def opener(self, url: str) -> urllib.request.OpenerDirector:
+        """An opener (see :func:`_opener`) whose connections this deadline watches."""
+        return _opener(url, _DeadlineHTTP(self), _DeadlineHTTPS(self))
+
+    def connection(self, http_class: Callable[..., http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
+        """A factory of ``http_class`` connections whose sockets are watched once connected."""
+
+        def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
+            conn = http_class(host, **kwargs)
+            connect = conn.connect
+
+            def watched() -> None:
+                connect()
+                self._watch(conn.sock)
+
+            conn.connect = watched  # type: ignore[method-assign]
+            return conn
+
+        return make
+
+    def _watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._sockets.append(sock)
+            if self.expired:
+                _shut(sock)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.expired = True
+            for sock in self._sockets:
+                _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    """Wake every read blocked on ``sock`` (the plain socket's shutdown, beneath any TLS layer)."""
+    try:
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+class _DeadlineHTTP(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(self.deadline.connection(http_class), req, **kwargs)
+
+
+class _DeadlineHTTPS(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline):
+        super().__init__()
+        self.deadline = deadline
+
+    def do_open(self, http_class, req, **kwargs):
+        return super().do_open(self.deadline.connection(http_class), req, **kwargs)
 
 
 @attrs.define(eq=False)
@@ -65,9 +146,11 @@ class OpenAICompatLLM:
     """A model behind an OpenAI-compatible server. Greedy (temperature 0) unless told otherwise.
 
     Failed attempts are retried up to ``max_attempts`` in all on HTTP 408/429/5xx, connection
-    resets and timeouts, waiting ``backoff_s * 2**k`` (capped at ``max_delay_s``, plus up to
-    ``jitter`` of it at random) or the server's ``Retry-After`` (capped the same way). A refused
-    connection or a 4xx fails at once. ``Usage.wall_ms`` covers every attempt and wait.
+    resets, replies cut short and timeouts, waiting ``backoff_s * 2**k`` (capped at
+    ``max_delay_s``, plus up to ``jitter`` of it at random) or the server's ``Retry-After`` (capped
+    the same way). A refused connection, a 4xx or a reply that is not JSON fails at once. Each
+    attempt ends after ``timeout_s`` however the server behaves. ``Usage.wall_ms`` covers every
+    attempt and wait.
 
     >>> llm = OpenAICompatLLM("http://127.0.0.1:8080", "smollm2")
     >>> llm.api_base, llm.temperature
@@ -85,7 +168,8 @@ class OpenAICompatLLM:
     temperature: float = _option(default=0.0)
     seed: int | None = _option(default=None)
     timeout_s: float = _option(default=300.0)
-    """Socket timeout of one attempt (connect, and each read)."""
+    """Seconds one attempt may take in all (connect, headers, body): a server that never answers,
+    stalls or trickles bytes is cut off then."""
     max_attempts: int = _option(default=4, validator=attrs.validators.ge(1))
     backoff_s: float = _option(default=0.5)
     max_delay_s: float = _option(default=30.0)
@@ -204,13 +288,16 @@ class OpenAICompatLLM:
         try:
             choice = reply["choices"][0]
             raw = choice["message"]["content"] if path == "/chat/completions" else choice["text"]
-        except (KeyError, IndexError, TypeError) as exc:
+            if not isinstance(raw, (str, type(None))):
+                raise TypeError(f"the text is a {type(raw).__name__}")
+            usage = parse_usage(reply, wall_ms)
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise LLMError(f"{url}: unexpected response shape ({exc!r}): {json.dumps(reply)[:500]}") from None
         text, stopped = cut_at_stop(raw or "", stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
         if with_grammar:  # the server was asked to follow the grammar; the reply is still validated like any other
-            return ConstrainedCompletion(text=text, usage=parse_usage(reply, wall_ms), finish_reason=finish, enforced=False)
-        return Completion(text=text, usage=parse_usage(reply, wall_ms), finish_reason=finish)
+            return ConstrainedCompletion(text=text, usage=usage, finish_reason=finish, enforced=False)
+        return Completion(text=text, usage=usage, finish_reason=finish)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.api_base + path
@@ -238,19 +325,25 @@ class OpenAICompatLLM:
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
-        try:
-            with _opener(url).open(request, timeout=self.timeout_s) as response:
-                payload = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._http_error(url, exc) from None
-        except urllib.error.URLError as exc:
-            raise _connection_error(url, exc.reason) from None
-        except (ConnectionError, http.client.HTTPException, TimeoutError, socket.timeout) as exc:
-            raise _connection_error(url, exc) from None
+        failure: Exception | None = None
+        with _Deadline(self.timeout_s) as deadline:
+            try:
+                with deadline.opener(url).open(request, timeout=self.timeout_s) as response:
+                    payload = response.read()
+            except urllib.error.HTTPError as exc:
+                failure = self._http_error(url, exc)
+            except urllib.error.URLError as exc:
+                failure = _connection_error(url, exc.reason)
+            except (OSError, http.client.HTTPException) as exc:
+                failure = _connection_error(url, exc)
+        if deadline.expired or isinstance(failure, _Retryable) and failure.timed_out:
+            raise _Retryable(f"timed out: no complete response within {self.timeout_s:g} s (timeout_s)")
+        if failure is not None:
+            raise failure
         try:
             return json.loads(payload)
-        except ValueError:
-            raise LLMError(f"{url}: response is not JSON: {payload[:500]!r}") from None
+        except ValueError as exc:
+            raise LLMError(f"{url}: response is not JSON ({exc}; {len(payload)} bytes): {payload[:500]!r}") from None
 
     def _http_error(self, url: str, exc: urllib.error.HTTPError) -> Exception:
         try:
@@ -316,11 +409,13 @@ def _get_json(url: str, api_key: str | None, timeout_s: float) -> tuple[int | No
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        with _opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+        with _Deadline(timeout_s) as deadline, deadline.opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
             status, payload = response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, None
     except (OSError, http.client.HTTPException):
+        return None, None
+    if deadline.expired:
         return None, None
     try:
         return status, json.loads(payload)
@@ -351,21 +446,28 @@ def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
     )
 
 
-def _opener(url: str) -> urllib.request.OpenerDirector:
-    """An opener that never sends loopback traffic through an environment proxy."""
+def _opener(url: str, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:
+    """An opener (with ``handlers``) that never sends loopback traffic through an environment proxy."""
     host = urllib.parse.urlsplit(url).hostname or ""
     if host in _LOOPBACK:
-        return urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    return urllib.request.build_opener()
+        return urllib.request.build_opener(urllib.request.ProxyHandler({}), *handlers)
+    return urllib.request.build_opener(*handlers)
 
 
 def _connection_error(url: str, reason: object) -> Exception:
-    """Classify a transport failure: resets and timeouts retry; the rest fail with the URL."""
+    """Classify a transport failure: resets, replies cut short and timeouts retry; the rest fail with the URL."""
     if isinstance(reason, ConnectionRefusedError):
         return LLMError(f"cannot connect to {url}: connection refused (is the server running?)")
     if isinstance(reason, socket.gaierror):
         return LLMError(f"cannot connect to {url}: unknown host ({reason})")
-    if isinstance(reason, (ConnectionError, http.client.HTTPException, TimeoutError, socket.timeout)):
+    if isinstance(reason, TimeoutError):
+        return _Retryable("timed out", timed_out=True)
+    if isinstance(reason, http.client.RemoteDisconnected):
+        return _Retryable("the server closed the connection without answering")
+    if isinstance(reason, http.client.IncompleteRead):
+        more = f", {reason.expected} more expected" if reason.expected is not None else ""
+        return _Retryable(f"the server closed the connection mid-response ({len(reason.partial)} bytes read{more})")
+    if isinstance(reason, (ConnectionError, http.client.HTTPException)):
         return _Retryable(f"{type(reason).__name__}: {reason}")
     return LLMError(f"cannot connect to {url}: {reason}")
 
@@ -373,15 +475,17 @@ def _connection_error(url: str, reason: object) -> Exception:
 def _retry_after(value: str | None) -> float | None:
     """Seconds from a ``Retry-After`` header (delta-seconds or HTTP date).
 
-    >>> _retry_after("2"), _retry_after(None), _retry_after("soon")
-    (2.0, None, None)
+    >>> _retry_after("2"), _retry_after(None), _retry_after("soon"), _retry_after("nan")
+    (2.0, None, None, None)
     """
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return seconds if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
