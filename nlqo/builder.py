@@ -157,7 +157,8 @@ def build_engine(
         llm = load_model(config)
     optimizer = build_optimizer(config, llm=llm, embedder=embedder)
     identity = {**engine_identity(config), "runtime": runtime_of(llm)}
-    statistics = load_statistics(config, identity)
+    chooses = config.strategy == "auto" and config.policy != "structural"
+    statistics = load_statistics(config, identity) if chooses else None
     if profile is None:
         caps = capabilities(llm)
         profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)

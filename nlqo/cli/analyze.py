@@ -1,0 +1,115 @@
+"""``nlqo analyze --index DIR --questions FILE``: measure every operator on a labelled sample of
+your questions and store the statistics ``auto`` chooses by beside the index (docs/statistics.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nlqo.errors import ConfigError
+from nlqo.kinds import Operator
+
+DEFAULT_OPERATORS = ",".join(Operator.values())
+RECORDS = "analyze"
+"""Folder beside the index's files holding the sample's per-question records (resumable)."""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "analyze",
+        help="measure each operator on a labelled sample of your questions (statistics for auto)",
+        description="Run every operator on the first N questions of a labelled question file (the bench's "
+        "format), one question at a time, and store per operator and question class: exact match and F1 "
+        "with 95%% intervals, supported-answer rate, seconds, tokens and LLM calls, in statistics.json "
+        "beside the index, with the model, runtime, embedder, k, retrieval mode and index they were "
+        "measured on. 'nlqo ask' and 'nlqo explain' then choose operators by them. A killed run resumes "
+        "where it stopped when run again.",
+        epilog="Example: nlqo analyze --index .nlqo/demo-index --questions examples/demo_questions.jsonl --sample 6 "
+        "--model smollm2-135m",
+    )
+    p.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
+    p.add_argument("--questions", required=True, metavar="FILE", help="questions with answers (.jsonl or .jsonl.gz: id, question, answers)")
+    p.add_argument("--sample", type=int, default=50, metavar="N", help="the first N questions (default: %(default)s)")
+    p.add_argument("--operators", default=DEFAULT_OPERATORS, metavar="LIST", help="comma-separated operators (default: %(default)s)")
+    p.add_argument("--model", metavar="NAME", help="LLM, as for 'nlqo ask' (default: the project default)")
+    p.add_argument("--runtime", default="auto", choices=("auto", "llama-cpp", "transformers"), help="as for 'nlqo ask' (default: %(default)s)")
+    p.add_argument("--threads", type=int, metavar="N", help="threads for the LLM and the embedder")
+    p.add_argument("-k", type=int, default=3, help="passages per retrieval (default: %(default)s)")
+    p.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)")
+    p.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers, as 'nlqo bench --cluster'")
+    p.add_argument("--out", type=Path, metavar="FILE", help="statistics file to write (default: DIR/statistics.json)")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nlqo.cli import build_parser
+    from nlqo.config import DEFAULT_MODEL
+
+    operators = [o.strip() for o in args.operators.split(",") if o.strip()]
+    unknown = [o for o in operators if o not in Operator.values()]
+    if unknown or not operators:
+        raise ConfigError(f"unknown operator {', '.join(unknown) or '(none)'}: choose from {DEFAULT_OPERATORS}")
+    if args.sample < 1:
+        raise ConfigError("--sample must be at least 1")
+    if not (args.index / "manifest.json").is_file():
+        raise ConfigError(f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'")
+    model = args.model or DEFAULT_MODEL
+    folder = args.index / RECORDS
+    bench = [
+        "bench", "--questions", args.questions, "--index", str(args.index), "--out", str(folder), "--limit", str(args.sample),
+        "--strategies", ",".join(operators), "--model", model, "--runtime", args.runtime, "-k", str(args.k), "--retrieval", args.mode,
+    ]  # fmt: skip
+    bench += ["--threads", str(args.threads)] if args.threads else []
+    bench += ["--cluster", args.cluster] if args.cluster else []
+    bench += ["--quiet"] if args.quiet else []
+    bench_args = build_parser().parse_args(bench)
+    if bench_args.func(bench_args) != 0:
+        return 1
+    stats = statistics_of(folder, args.index)
+    from nlqo.statistics.store import FILENAME, save
+
+    path = save(stats, args.out or args.index / FILENAME)
+    print(table(stats))
+    print(f"nlqo: wrote {path} ({stats.sample.get('questions', '?')} questions); 'nlqo ask' and 'nlqo explain' now choose by it", file=sys.stderr)
+    return 0
+
+
+def statistics_of(folder: Path, index_dir: Path):
+    """Statistics from an analyze run's records, measured on what its run.json names."""
+    import json
+
+    from nlqo.eval.records import read_records
+    from nlqo.index.search import Index
+    from nlqo.statistics.collect import collect
+    from nlqo.statistics.store import index_digest
+
+    info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    records = [r for r in read_records(folder / "records.jsonl") if r["strategy"] in info["strategies"]]
+    index = Index.open(index_dir, verify=False)
+    measured_on = {
+        "model": info["model"], "runtime": info["runtime"], "embedder": index.manifest.embedder, "k": info["k"],
+        "retrieval": info["retrieval"], "index_digest": index_digest(index.manifest),
+    }  # fmt: skip
+    qids = list(dict.fromkeys(r["qid"] for r in records))
+    sample = {"questions_file": info.get("questions_file"), "questions_sha256": info.get("questions_sha256"), "questions": len(qids), "ids": qids}
+
+    def text(passage_id: str) -> str:
+        passage = index.get(passage_id)
+        return "" if passage is None else f"{passage.title} {passage.text}"
+
+    return collect(records, measured_on=measured_on, sample=sample, texts=text, source=f"nlqo analyze on {len(qids)} questions")
+
+
+def table(stats) -> str:
+    from nlqo.statistics.store import ALL
+
+    lines = ["| operator | class | n | EM (95% interval) | F1 | supported | seconds | LLM calls |", "|---|---|---|---|---|---|---|---|"]
+    for op, classes in stats.operators.items():
+        for name in [ALL, *sorted(c for c in classes if c != ALL)]:
+            s = classes[name]
+            lines.append(
+                f"| {op} | {name} | {s.n} | {s.em:.1%} [{s.em_low:.1%}, {s.em_high:.1%}] | {s.f1:.2f} | {s.supported:.0%} | {s.seconds:.1f} | {s.llm_calls:.1f} |"
+            )
+    return "\n".join(lines)
