@@ -228,7 +228,7 @@ def test_a_reader_gone_before_the_output_is_exit_141_and_silent(tmp_path):
     assert (done.returncode, done.stderr) == (141, "")
 
 
-# --- the real thing -------------------------------------------------------------------------------
+# --- the real CLI in a process -------------------------------------------------------------------
 
 
 def nlqo_cli(*args: str, log: Path, check: bool = True) -> subprocess.CompletedProcess:
@@ -244,6 +244,17 @@ def internals_in(text: str) -> list[str]:
     return [line for line in re.split(r"[\r\n]", text) if any(word in line for word in INTERNALS)]
 
 
+def test_a_model_llama_cpp_cannot_load_is_one_error_line_with_what_llama_cpp_said(tmp_path):
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed")
+    bad = tmp_path / "truncated.gguf"
+    bad.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\x00" * 40)
+    log = tmp_path / "nlqo.log"
+    done = nlqo_cli("parse", "Who wrote The Hobbit?", "--model", str(bad), log=log, check=False)
+    said = f"nlqo: error: llama.cpp could not load the model {bad} (a truncated, corrupt or unsupported GGUF file); llama.cpp said: llama_model_load: error loading model: "
+    assert done.returncode == 2 and done.stderr.startswith(said) and done.stderr.count("\n") == 1  # here: unknown model architecture: ''
+    assert "ERROR nlqo.llama_cpp: llama_model_load_from_file_impl: failed to load model" in log.read_text()
+
+
 @pytest.mark.real_model
 def test_a_real_index_and_ask_print_nothing_from_the_model_libraries_unless_verbose(tmp_path):
     corpus = tmp_path / "corpus.jsonl"
@@ -256,7 +267,7 @@ def test_a_real_index_and_ask_print_nothing_from_the_model_libraries_unless_verb
     ask = ["ask", "Who directed Jaws?", "--index", str(tmp_path / "index"), "--model", "smollm2-135m", "--ir", str(ir), "--runtime", "llama-cpp"]
     quiet = nlqo_cli(*ask, log=log)
     assert internals_in(quiet.stderr) == []
-    assert "nlqo: loading smollm2-135m ..." in quiet.stderr and "[round-1] retrieve 'Who directed Jaws?'" in quiet.stderr  # nlqo's own lines stay
+    assert "nlqo: loading smollm2-135m ..." in quiet.stderr and re.search(r"^  \[[\w-]+\] ", quiet.stderr, re.M)  # nlqo's own lines stay
     logged = log.read_text()
     assert "INFO nlqo.llama_cpp: llama_model_loader: " in logged and "nlqo.llama_cpp: load_tensors: " in logged
     assert "INFO tqdm: Loading weights: 100%" in logged  # the embedder's bar, as one line

@@ -112,6 +112,14 @@ class _LogLines:
         self.pending = ""
         self.level = logging.INFO
         self.lock = threading.Lock()
+        self.first_error = ""
+        """The first error line since :meth:`said` was last called (why a model did not load)."""
+
+    def said(self) -> str:
+        """``"; llama.cpp said: LINE"`` for the first error line logged since the last call, else ``""``."""
+        with self.lock:
+            line, self.first_error = self.first_error, ""
+        return f"; llama.cpp said: {line}" if line else ""
 
     def __call__(self, level: int, text: bytes | None, user_data: Any) -> None:
         try:  # an exception must not cross into C (ctypes would print it to stderr)
@@ -128,8 +136,11 @@ class _LogLines:
     def _emit(self, line: str) -> None:
         if line.strip():
             LOG.log(self.level, line.rstrip())
+            if self.level >= logging.ERROR and not self.first_error:
+                self.first_error = line.strip()
 
 
+_LOG_LINES = _LogLines()
 _LOG_CALLBACK: Any = None
 """The ctypes callback given to llama.cpp (kept here: llama.cpp holds only a pointer to it)."""
 
@@ -140,7 +151,7 @@ def _init_backend(ll) -> None:
     with _BACKEND_READY:
         if _backend_started:
             return
-        _LOG_CALLBACK = ll.llama_log_callback(_LogLines())
+        _LOG_CALLBACK = ll.llama_log_callback(_LOG_LINES)
         ll.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
         ll.llama_backend_init()
         _backend_started = True
@@ -208,9 +219,10 @@ class _Runtime:
         self.n_ctx_seq = n_ctx_seq
         mparams = ll.llama_model_default_params()
         mparams.n_gpu_layers = 0
+        _LOG_LINES.said()  # forget errors logged before this load
         self.model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            raise ModelNotAvailable(f"llama.cpp could not load the model {path} (a truncated, corrupt or unsupported GGUF file)")
+            raise ModelNotAvailable(f"llama.cpp could not load the model {path} (a truncated, corrupt or unsupported GGUF file){_LOG_LINES.said()}")
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         cparams = ll.llama_context_default_params()
@@ -226,7 +238,7 @@ class _Runtime:
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
-            raise ModelNotAvailable(f"llama.cpp could not create a context of {n_seq} x {n_ctx_seq} tokens for {path}")
+            raise ModelNotAvailable(f"llama.cpp could not create a context of {n_seq} x {n_ctx_seq} tokens for {path}{_LOG_LINES.said()}")
         self.mem = ll.llama_get_memory(self.ctx)
         self.batch_size = max(PREFILL_CHUNK, n_seq)
         self.batch = ll.llama_batch_init(self.batch_size, 0, 1)
