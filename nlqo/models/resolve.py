@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 
 from nlqo.errors import ModelNotAvailable
-from nlqo.models.convert import convert_gguf, is_converted, models_dir, read_marker
+from nlqo.models.convert import convert_gguf, damage, is_converted, models_dir, read_marker
 from nlqo.models.parts import assemble, locate
 from nlqo.models.registry import BUNDLED, BundledModel
 
@@ -93,12 +93,12 @@ def resolve_model(
 
 def _bundled(model: BundledModel, root: Path | None, progress: bool) -> ResolvedModel:
     dest = bundled_dir(model, root)
-    if is_converted(dest) and read_marker(dest).get("sha256") == model.sha256:
+    if is_converted(dest) and read_marker(dest).get("sha256") == model.sha256 and damage(dest) is None:
         return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256)
     locate(model)  # fail early, naming the missing packages
     info = {"name": model.name, "sha256": model.sha256, "requirements": list(model.requirements())}
-    convert_gguf(lambda staging: assemble(model, staging, progress=progress), dest, label=model.name, info=info, progress=progress)
-    return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256, converted_now=True)
+    converted = convert_gguf(lambda staging: assemble(model, staging, progress=progress), dest, label=model.name, info=info, progress=progress)
+    return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256, converted_now=converted)
 
 
 def _directory(name: str, folder: Path, root: Path | None, progress: bool, origin: Origin) -> ResolvedModel:
@@ -113,11 +113,11 @@ def _directory(name: str, folder: Path, root: Path | None, progress: bool, origi
 
 def _gguf(name: str, path: Path, root: Path | None, progress: bool) -> ResolvedModel:
     dest = gguf_dir(path, root)
-    if is_converted(dest):
+    if is_converted(dest) and damage(dest) is None:
         return ResolvedModel(name, dest, Origin.GGUF)
     info = {"name": name, "file": str(path.resolve()), "size": path.stat().st_size}
-    convert_gguf(lambda staging: path, dest, label=path.name, info=info, progress=progress)
-    return ResolvedModel(name, dest, Origin.GGUF, converted_now=True)
+    converted = convert_gguf(lambda staging: path, dest, label=path.name, info=info, progress=progress)
+    return ResolvedModel(name, dest, Origin.GGUF, converted_now=converted)
 
 
 def _hub(repo_id: str, root: Path | None, progress: bool) -> ResolvedModel:
