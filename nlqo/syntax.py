@@ -175,7 +175,7 @@ def parse_bytes(data: bytes, *, source: str = "<ir>") -> Query:
         good = data[: exc.start].decode("utf-8", errors="replace")
         line = good.count("\n") + 1
         shown = good.rsplit("\n", 1)[-1]
-        message = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8\n  {shown}\n  {' ' * len(shown)}^"
+        message = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8\n{pointer(shown, len(shown) + 1)}"
         raise IRSyntaxError(message, line=line, column=len(shown) + 1, label="not UTF-8 text", text=shown, source=source) from None
     return parse(text, source=source)
 
@@ -196,9 +196,23 @@ def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntax
         line, column = len(lines), len(lines[-1]) + 1
     lines = _lines(text)
     shown = lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
-    caret = " " * (max(column, 1) - 1) + "^"
-    message = f"{label}\n  {shown}\n  {caret}"
-    return IRSyntaxError(message, line=line, column=column, label=label, text=shown, source=source)
+    return IRSyntaxError(f"{label}\n{pointer(shown, column)}", line=line, column=column, label=label, text=shown, source=source)
+
+
+def pointer(line: str, column: int, width: int = 120) -> str:
+    """Two indented lines: ``line`` and a caret under ``column``; a long line is cut to ``width``
+    characters around the column, with ``...`` where it was cut.
+
+    >>> print(pointer("q1 = (?a ?b)", 10))
+      q1 = (?a ?b)
+               ^
+    >>> pointer("x" * 1000 + "!" + "x" * 1000, 1001, width=10).split("\\n")
+    ['  ...xxxxx!xxxx...', '          ^']
+    """
+    column = max(column, 1)
+    start = max(0, min(column - 1 - width // 2, len(line) - width))
+    cut = ("..." if start else "") + line[start : start + width] + ("..." if start + width < len(line) else "")
+    return f"  {cut}\n  {' ' * (column - 1 - start + (3 if start else 0))}^"
 
 
 def _classify_line(text: str, line: int) -> str | None:
