@@ -22,6 +22,7 @@ from pathlib import Path
 
 FOLDER = "a folder"
 FILE = "a file"
+NOTHING = "nothing (no such file or folder)"
 
 
 def found(path: str | os.PathLike[str]) -> str:
@@ -62,5 +63,5 @@ def _missing(path: Path, exc: OSError) -> str:
     if exc.errno == errno.ENOENT:
         if path.is_symlink():
             return f"a broken symlink (to {os.readlink(path)})"
-        return "nothing (no such file or folder)"
+        return NOTHING
     return f"a path that cannot be read ({exc.strerror or exc})"

@@ -16,8 +16,9 @@ from nlqo.errors import CorpusError, IndexFileError, RepairWarning
 from nlqo.index import atomic, bm25, dense, store
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import Corpus, Fields
-from nlqo.index.manifest import FILENAME as MANIFEST, FileEntry, Manifest
+from nlqo.index.manifest import FILENAME as MANIFEST, FileEntry, Manifest, holding, is_nlqo_manifest
 from nlqo.passages import Embedder, Passage
+from nlqo.paths import FOLDER, NOTHING, found
 from nlqo.storage import kept_index, writing
 
 
@@ -129,12 +130,20 @@ def build_index(
     return BuildReport(path=target, manifest=manifest, skipped=skipped, seconds=time.perf_counter() - started)
 
 
+_LAYOUT = {MANIFEST, store.FILENAME, dense.FILENAME, bm25.DIRNAME}
+"""What an index folder holds: a folder holding nothing else is an index, however damaged."""
+
+
 def _check_target(target: Path) -> None:
-    """Refuse to replace anything but an nlqo index or an empty folder."""
-    if target.is_file():
-        raise IndexFileError(f"{target}: is a file, not an index folder")
-    if target.is_dir() and any(target.iterdir()) and not (target / MANIFEST).is_file():
-        raise IndexFileError(f"{target}: folder is not empty and holds no nlqo index; refusing to replace it")
+    """Refuse to replace anything but an nlqo index (damaged or not: :data:`_LAYOUT`, or a manifest
+    of nlqo's format) or an empty folder, and a path where no folder can be made."""
+    what = found(target)
+    if what == FOLDER:
+        names = {p.name for p in target.iterdir()}
+        if names and not names <= _LAYOUT and not is_nlqo_manifest(target / MANIFEST):
+            raise IndexFileError(f"{target}: folder is not empty and holds no nlqo index ({holding(target)}); refusing to replace it")
+    elif what != NOTHING:
+        raise IndexFileError(f"{target}: expected an index folder to create or replace, found {what}")
 
 
 def _files(folder: Path) -> list[str]:

@@ -95,7 +95,7 @@ class Manifest:
         file = folder / FILENAME
         what = found(file)
         if what.startswith("nothing"):
-            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME}: {_holding(folder)}); expected a folder written by 'nlqo index SOURCE --out DIR'")
+            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME}: {holding(folder)}); expected a folder written by 'nlqo index SOURCE --out DIR'")
         if what != FILE:
             raise IndexFileError(f"{file}: expected the index's manifest, a JSON file, found {what}; {rebuild_hint(folder)}")
         try:
@@ -153,7 +153,7 @@ def _json_type(value: object) -> str:
     return type(value).__name__
 
 
-def _holding(folder: Path) -> str:
+def holding(folder: Path) -> str:
     """What ``folder`` holds, in a few names, for a message about a folder that is not an index."""
     try:
         names = sorted(p.name for p in folder.iterdir())
@@ -163,6 +163,15 @@ def _holding(folder: Path) -> str:
         return "the folder is empty"
     more = f" and {len(names) - 4} more" if len(names) > 4 else ""
     return f"the folder holds {', '.join(names[:4])}{more}"
+
+
+def is_nlqo_manifest(file: Path) -> bool:
+    """Whether ``file`` is an nlqo index manifest (of any version), whatever else the index holds."""
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and data.get("format") == FORMAT
 
 
 def rebuild_hint(folder: Path, source: str | None = None) -> str:

@@ -14,7 +14,7 @@ from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
 from nlqo.index.manifest import FILENAME as MANIFEST, Manifest, rebuild_hint
 from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
 from nlqo.passages import Embedder, Hit, Passage, Retriever
-from nlqo.paths import FOLDER, found
+from nlqo.paths import FOLDER, NOTHING, found
 
 HYBRID_DEPTH = 100
 """How many candidates each side contributes to a hybrid search by default."""
@@ -46,7 +46,8 @@ class Index:
         if what.startswith("nothing"):
             old = atomic.leftovers(path.absolute(), "old")
             hint = f"an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)" if old else f"build one with: nlqo index SOURCE --out {path}"
-            raise IndexFileError(f"{path}: no such index folder ({what}); {hint}")
+            why = "" if what == NOTHING else f" ({what.split(': ', 1)[-1]})"
+            raise IndexFileError(f"{path}: no such index folder{why}; {hint}")
         if what != FOLDER:
             raise IndexFileError(f"{path}: expected an index folder written by 'nlqo index', found {what}")
         manifest = Manifest.read(path)
