@@ -232,7 +232,7 @@ def test_stale_staging_of_a_dead_process_is_removed(fake_site, tmp_path, tiny_lo
 def test_a_local_model_directory_is_used_in_place(tmp_path):
     folder = tmp_path / "my-model"
     folder.mkdir()
-    (folder / "config.json").write_text("{}")
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
     resolved = resolve_model(folder)
     assert resolved.path == folder and resolved.origin is Origin.DIRECTORY and not resolved.converted_now
 

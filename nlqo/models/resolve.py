@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import json
+import os
 import re
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from nlqo.errors import ModelNotAvailable
 from nlqo.models.convert import convert_gguf, damage, is_converted, models_dir, read_marker
 from nlqo.models.parts import assemble, locate
 from nlqo.models.registry import BUNDLED, BundledModel
+from nlqo.paths import FILE, FOLDER, NOTHING, found
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -76,14 +79,17 @@ def resolve_model(
         if model.name == text:
             return _bundled(model, cache_dir, progress)
     path = Path(text).expanduser()
-    if path.is_dir():
+    what = found(path)
+    if what == FOLDER:
         return _directory(text, path, cache_dir, progress, Origin.DIRECTORY)
-    if path.is_file():
+    if what == FILE:
         if path.suffix.lower() != ".gguf":
             raise ModelNotAvailable(f"{text}: not a model directory or a .gguf file")
         return _gguf(text, path, cache_dir, progress)
-    if _HUB_ID.match(text):
+    if what == NOTHING and _HUB_ID.match(text):
         return _hub(text, cache_dir, progress)
+    if what != NOTHING or os.sep in text or text.startswith(("~", ".")) or path.suffix.lower() == ".gguf":
+        raise ModelNotAvailable(f"{text}: expected a bundled model name, a model folder or a .gguf file, found {what}")
     known = ", ".join(m.name for m in registry)
     raise ModelNotAvailable(
         f"unknown model {text!r} (known: {known}); "
@@ -102,13 +108,31 @@ def _bundled(model: BundledModel, root: Path | None, progress: bool) -> Resolved
 
 
 def _directory(name: str, folder: Path, root: Path | None, progress: bool, origin: Origin) -> ResolvedModel:
-    if (folder / "config.json").is_file():
+    config = folder / "config.json"
+    if os.path.lexists(config):
+        problem = _not_a_model_config(config)
+        if problem:
+            raise ModelNotAvailable(f"{name}: not a model directory ({config} {problem})")
         return ResolvedModel(name, folder, origin)
     ggufs = sorted(folder.glob("*.gguf"))
     if len(ggufs) == 1:
         return attrs.evolve(_gguf(name, ggufs[0], root, progress), origin=origin)
     found = "several .gguf files" if ggufs else "neither config.json nor a .gguf file"
     raise ModelNotAvailable(f"{name}: not a model directory ({folder} holds {found})")
+
+
+def _not_a_model_config(config: Path) -> str | None:
+    """Why ``config`` is not a transformers model's ``config.json`` (another program's, say), or None."""
+    what = found(config)
+    if what != FILE:
+        return f"is {what}"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        return f"is not JSON ({exc})"
+    if not isinstance(data, dict) or not (data.get("model_type") or data.get("architectures")):
+        return "is not a transformers model's configuration: it names no model_type"
+    return None
 
 
 def _gguf(name: str, path: Path, root: Path | None, progress: bool) -> ResolvedModel:
