@@ -38,6 +38,7 @@ def found(path: str | os.PathLike[str]) -> str:
         try:
             with os.scandir(path) as entries:
                 next(entries, None)
+            os.stat(path / ".")  # what is in it can be reached, not only listed
         except OSError as exc:
             return f"a folder that cannot be read ({exc.strerror or exc})"
         return FOLDER

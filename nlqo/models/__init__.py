@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from nlqo.models.convert import cache_root
 from nlqo.models.registry import BUNDLED, BundledModel, Part, get_bundled
-from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, resolve_model
+from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, local_path, resolve_model
 
 QUANTIZATIONS = ("none", "int8")
 """What ``load_transformers(..., quantize=...)`` accepts (see :func:`nlqo.llm.local.quantized`)."""
@@ -62,6 +62,8 @@ def choose_runtime(name_or_path: str | Path, runtime: str = "auto", *, quantize:
         raise ConfigError(f"unknown runtime {runtime!r}; choose one of {', '.join(RUNTIMES)}")
     if quantize not in QUANTIZATIONS:
         raise ConfigError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
+    if all(m.name != str(name_or_path) for m in BUNDLED):
+        local_path(str(name_or_path))  # a path where no model can be read is refused before a runtime looks at it
     if runtime == "transformers" or (runtime == "auto" and quantize != "none"):
         return "transformers", None
     if quantize != "none":

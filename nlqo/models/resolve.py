@@ -78,23 +78,35 @@ def resolve_model(
     for model in registry:
         if model.name == text:
             return _bundled(model, cache_dir, progress)
-    path = Path(text).expanduser()
-    what = found(path)
-    if what == FOLDER:
+    path = local_path(text)
+    if path is not None and path.is_dir():
         return _directory(text, path, cache_dir, progress, Origin.DIRECTORY)
-    if what == FILE:
+    if path is not None:
         if path.suffix.lower() != ".gguf":
             raise ModelNotAvailable(f"{text}: not a model directory or a .gguf file")
         return _gguf(text, path, cache_dir, progress)
-    if what == NOTHING and _HUB_ID.match(text):
+    if _HUB_ID.match(text):
         return _hub(text, cache_dir, progress)
-    if what != NOTHING or os.sep in text or text.startswith(("~", ".")) or path.suffix.lower() == ".gguf":
-        raise ModelNotAvailable(f"{text}: expected a bundled model name, a model folder or a .gguf file, found {what}")
     known = ", ".join(m.name for m in registry)
     raise ModelNotAvailable(
         f"unknown model {text!r} (known: {known}); "
         "or give a local model directory, a .gguf file, or a Hugging Face id already in the local cache"
     )
+
+
+def local_path(text: str) -> Path | None:
+    """The readable file or folder ``text`` names; None when nothing is there and ``text`` may be a
+    model name or a hub id. Raises :class:`ModelNotAvailable` saying what is there for a path
+    where no model can be read (a symlink loop, nothing under a file, no permission)."""
+    path = Path(text).expanduser()
+    what = found(path)
+    if what in (FILE, FOLDER):
+        return path
+    if what == NOTHING:
+        hub_id = _HUB_ID.match(text) is not None
+        if not (os.sep in text and not hub_id or text.startswith(("~", ".")) or path.suffix.lower() == ".gguf"):
+            return None  # a name: resolve_model says whether it knows it
+    raise ModelNotAvailable(f"{text}: expected a bundled model name, a model folder or a .gguf file, found {what}")
 
 
 def _bundled(model: BundledModel, root: Path | None, progress: bool) -> ResolvedModel:
