@@ -380,3 +380,63 @@ def test_odd_questions_on_the_real_small_model(monkeypatch, capsys, tmp_path, qu
     assert code == 0 and json.loads(out)["question"] == question, err
     code, out, err = run(capsys, "parse", question, "--model", "smollm2-135m")
     assert code in (0, 2) and (out.rstrip().splitlines()[-1].startswith("answer ") if code == 0 else err.startswith("nlqo: error: ")), err
+
+
+# --- an index manifest with fields of any JSON value ---------------------------------------------
+
+_JSON = st.none() | st.booleans() | st.integers(-5, 10**30) | st.floats(allow_nan=True) | st.text(max_size=8) | st.sampled_from(
+    ["flat", "hnsw", "ivf", "bm25", "../x", "/etc/hostname"]) | st.lists(st.integers(), max_size=2) | st.dictionaries(st.text(max_size=4), st.integers(), max_size=2)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built_index(tmp_path_factory) -> Path:
+    from nlqo.index import build_index
+    from nlqo.passages import Passage
+
+    folder = tmp_path_factory.mktemp("manifest") / "idx"
+    build_index([Passage(id=str(i), title=f"t{i}", text=f"passage {i} about things") for i in range(20)], folder, HashEmbedder())
+    return folder
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(st.data())
+def test_a_manifest_with_any_field_changed_opens_or_is_an_index_error(built_index, tmp_path_factory, data):
+    import shutil
+
+    from nlqo.errors import IndexFileError
+    from nlqo.index import Index
+
+    manifest = json.loads((built_index / "manifest.json").read_text())
+    for _ in range(data.draw(st.integers(1, 3))):
+        target = data.draw(st.sampled_from(["top", "faiss", "file"]))
+        faiss, files = manifest.get("faiss"), manifest.get("files")
+        if target == "faiss" and isinstance(faiss, dict) and faiss:
+            faiss[data.draw(st.sampled_from(sorted(faiss)))] = data.draw(_JSON)
+        elif target == "file" and isinstance(files, list) and files and isinstance(files[0], dict):
+            files[0][data.draw(st.sampled_from(["path", "size", "sha256"]))] = data.draw(_JSON)
+        else:
+            manifest[data.draw(st.sampled_from(sorted(manifest)))] = data.draw(_JSON)
+    folder = tmp_path_factory.mktemp("spoilt") / "idx"
+    shutil.copytree(built_index, folder)
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for verify in (True, False):
+        try:
+            with Index.open(folder, embedder=HashEmbedder(), verify=verify) as index:
+                index.hybrid_search("passage 3 things", 3)
+        except IndexFileError:  # one line naming the file, or the embedder the manifest wants
+            pass
+
+
+def test_a_manifest_naming_another_faiss_kind_is_an_index_error(built_index, tmp_path):
+    import shutil
+
+    from nlqo.errors import IndexFileError
+    from nlqo.index import Index
+
+    folder = tmp_path / "idx"
+    shutil.copytree(built_index, folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["faiss"]["kind"] = "hnsw"  # the file holds a flat index: setting efSearch raised AttributeError
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(IndexFileError, match="holds a IndexFlatIP, but the manifest says it is a hnsw index"):
+        Index.open(folder, embedder=HashEmbedder())
