@@ -39,6 +39,7 @@ def register(subparsers) -> None:
     p.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)")
     p.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers, as 'nlqo bench --cluster'")
     p.add_argument("--out", type=Path, metavar="FILE", help="statistics file to write (default: DIR/statistics.json)")
+    p.add_argument("--records", type=Path, metavar="FOLDER", help=f"where the per-question records go (default: DIR/{RECORDS})")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if not (args.index / "manifest.json").is_file():
         raise ConfigError(f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'")
     model = args.model or DEFAULT_MODEL
-    folder = args.index / RECORDS
+    folder = args.records or args.index / RECORDS
     bench = [
         "bench", "--questions", args.questions, "--index", str(args.index), "--out", str(folder), "--limit", str(args.sample),
         "--strategies", ",".join(operators), "--model", model, "--runtime", args.runtime, "-k", str(args.k), "--retrieval", args.mode,

@@ -64,6 +64,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--corpus", metavar="FILE", help="corpus to index into OUT/index (reused while it matches)")
     source.add_argument("--index", metavar="DIR", help="an index built by 'nlqo index'")
     data.add_argument("--limit", type=int, metavar="N", help="first N questions (default: all)")
+    data.add_argument("--skip", type=int, default=0, metavar="N", help="leave out the first N of them, e.g. the sample 'nlqo analyze' measured (default: 0)")
     data.add_argument("--out", metavar="DIR", help="result folder; running again into it resumes")
     runs = p.add_argument_group("run")
     runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
@@ -143,6 +144,8 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     cmd += ["--corpus", args.corpus] if args.corpus else ["--index", args.index]
     if args.limit is not None:
         cmd += ["--limit", str(args.limit)]
+    if getattr(args, "skip", 0):
+        cmd += ["--skip", str(args.skip)]
     cmd += ["--out", args.out, "--strategies", args.strategies, "--model", model, "--retrieval", args.retrieval, "--k", str(args.k), "--seed", str(args.seed)]
     for flag in ("embedder", "judge", "llm_cache", *ABLATIONS):
         if getattr(args, flag):
@@ -198,7 +201,7 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
     from nlqo.eval.workspace import open_index
 
     out = Path(args.out)
-    questions = QuestionSet.load(args.questions, limit=args.limit)
+    questions = QuestionSet.load(args.questions, limit=args.limit, skip=args.skip)
     model = args.model or default_model()
     with shown_repairs():
         if getattr(args, "cluster", None):
@@ -220,6 +223,7 @@ def _meta(args: argparse.Namespace, model: str, index, source: dict[str, Any], r
         "embedder": index.manifest.embedder,
         "retrieval": args.retrieval,
         "k": args.k,
+        "skip": getattr(args, "skip", 0),
         "llm_cache": args.llm_cache,
         "command": command_line(args, model),
         **source,

@@ -56,10 +56,11 @@ class QuestionSet:
     """Of the file's bytes, so a resumed run can tell the file changed."""
 
     @classmethod
-    def load(cls, path: str | Path, *, limit: int | None = None) -> QuestionSet:
-        """Read ``path``; keep the first ``limit`` questions. Bad lines are errors naming file and line."""
+    def load(cls, path: str | Path, *, limit: int | None = None, skip: int = 0) -> QuestionSet:
+        """Read ``path``; keep the first ``limit`` questions, less the first ``skip`` of them (a
+        calibration sample held out). Bad lines are errors naming file and line."""
         path = Path(path)
-        questions = tuple(_read(path, limit))
+        questions = tuple(_read(path, limit))[skip:]
         if not questions:
             raise CorpusError("no questions", path=str(path))
         kind = YES_NO if all(q.is_yes_no for q in questions) else OPEN

@@ -38,7 +38,7 @@ ANSWERS = "answers.md"
 KEY = ("qid", "strategy")
 """The fields that name a record: one per question and strategy."""
 KEPT = "every record is kept"
-IDENTITY = ("questions_sha256", "model", "runtime", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
+IDENTITY = ("questions_sha256", "skip", "model", "runtime", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
 """``run.json`` fields that must match for a run to resume in the same folder."""
 
 
@@ -264,7 +264,9 @@ def refresh(folder: str | Path) -> None:
     candidates = [p for p in (info.get("questions_file"), given) if p and Path(p).is_file()]
     if not candidates:
         raise ConfigError(f"{folder}: cannot find its question file {info.get('questions_file')!r} to summarize its records")
-    questions = QuestionSet.load(candidates[0], limit=info.get("limit"))
+    skip = info.get("skip") or 0
+    limit = info.get("limit")
+    questions = QuestionSet.load(candidates[0], limit=None if limit is None else limit + skip, skip=skip)
     if questions.sha256 != info.get("questions_sha256"):
         raise ConfigError(f"{folder}: {candidates[0]} is not the question file this run used (SHA-256 differs)")
     bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)  # type: ignore[arg-type]  # only read back, never run
