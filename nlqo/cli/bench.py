@@ -77,6 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs.add_argument("--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)")
     runs.add_argument("--jobs", type=int, default=1, metavar="N", help="questions run at once in threads (default: 1, for timing)")
     runs.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers: N local worker processes, or a running scheduler; each worker loads the model and index once, this process writes the records (docs/scale-out.md)")
+    runs.add_argument("--policy", choices=("quality", "balanced", "fast", "structural"), help="auto: how it trades estimated quality for time (default: balanced; docs/statistics.md)")
+    runs.add_argument("--time-budget", type=float, metavar="SECONDS", help="auto: leave out operators estimated to take longer")
+    runs.add_argument("--statistics", type=Path, metavar="FILE", help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside --index, else the bundled defaults)")
     runs.add_argument("--judge", metavar="NAME", help="also grade answers with this LLM (same names as --model)")
     runs.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     ablation = p.add_argument_group("ablations (linear, tree, auto)")
@@ -164,6 +167,9 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
         cmd += ["--param", item]
     for flag, default in (("rules", "default"), ("budget", 50_000), ("beam", 32), ("max_atoms", 1000)):
         if getattr(args, flag, default) != default:
+            cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
+    for flag in ("policy", "time_budget", "statistics"):
+        if getattr(args, flag, None) is not None:
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     for folder in getattr(args, "path", None) or ():
         cmd += ["--path", folder]

@@ -7,8 +7,9 @@ import time
 import attrs
 
 from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
-from nlqo.errors import LimitError, ParseFailure
+from nlqo.errors import ParseFailure
 from nlqo.execute.choice import held_to_options
+from nlqo.questions import check_question
 from nlqo.execute.fallback import answer_or_fallback
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.lower import BackendProfile, PhysicalPlan, lower
@@ -95,11 +96,8 @@ class Engine:
         return self.config.k
 
     def _check(self, question: str) -> None:
-        if len(question) > self.config.max_question_chars:
-            raise LimitError(
-                f"the question has {len(question):,} characters, more than {self.config.max_question_chars:,} "
-                "(EngineConfig.max_question_chars); shorten it, or split it into questions"
-            )
+        """The same checks the CLI makes before a model loads (:func:`nlqo.questions.check_question`)."""
+        check_question(question, max_chars=self.config.max_question_chars)
 
     def plan(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> Planned:
         """Choose the operator and, when it needs one, parse and optimise a plan; lower it.

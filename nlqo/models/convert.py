@@ -186,6 +186,9 @@ def load_gguf(path: Path):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from nlqo.logs import tame_transformers
+
+    tame_transformers()  # its records and bars go to nlqo's log (to the terminal with --verbose)
     folder, name = str(path.parent), path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32, local_files_only=True)
