@@ -19,6 +19,7 @@ import attrs
 
 from nlqo.errors import CorpusError
 from nlqo.index.chunking import Chunking, chunk_text, first_heading
+from nlqo.index.manifest import json_type as _json_type
 from nlqo.passages import Passage
 from nlqo.paths import FILE, FOLDER, found
 
@@ -215,16 +216,3 @@ def _check_surrogates(field: str, value: str) -> None:
     for i, ch in enumerate(value):
         if "\ud800" <= ch <= "\udfff":
             raise ValueError(f"field {field!r} holds \\u{ord(ch):04x}, half of a surrogate pair, at character {i + 1}: write the character itself or both halves")
-
-
-def _json_type(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, (int, float)):
-        return "a number"
-    for kind, name in ((str, "a string"), (list, "a list"), (dict, "an object")):
-        if isinstance(value, kind):
-            return name
-    return type(value).__name__

@@ -82,7 +82,7 @@ class Manifest:
             _check_types(data, _TYPES)
             files = data.get("files", [])
             if not isinstance(files, list):
-                raise TypeError(f"'files' is {_json_type(files)}, not a list")
+                raise TypeError(f"'files' is {json_type(files)}, not a list")
             for entry in files:
                 _check_types(entry, _FILE_TYPES, "a file entry")
             data["files"] = tuple(FileEntry(**f) for f in files)
@@ -128,17 +128,17 @@ _FILE_TYPES = {"path": str, "size": int, "sha256": str}
 def _check_types(data: object, types: dict[str, type], what: str = "the manifest") -> None:
     """Raise TypeError unless ``data`` is a JSON object whose known fields have their types."""
     if not isinstance(data, dict):
-        raise TypeError(f"{what} is {_json_type(data)}, not an object")
+        raise TypeError(f"{what} is {json_type(data)}, not an object")
     for name, expected in types.items():
         value = data.get(name)
         if name in data and (not isinstance(value, expected) or (expected is int and isinstance(value, bool))):
-            raise TypeError(f"field {name!r} of {what} is {_json_type(value)}, not {_json_type(expected())}")
+            raise TypeError(f"field {name!r} of {what} is {json_type(value)}, not {json_type(expected())}")
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     """The JSON type of a value, for messages.
 
-    >>> _json_type(None), _json_type(3), _json_type("x"), _json_type([])
+    >>> json_type(None), json_type(3), json_type("x"), json_type([])
     ('null', 'a number', 'a string', 'a list')
     """
     if value is None:
