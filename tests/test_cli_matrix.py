@@ -166,7 +166,7 @@ def test_plan_every_format(files, fmt, browser):
 def test_parse_retrieve_models_and_bench(files):
     assert "answer ?" in nlqo("parse", MULTI_HOP, "--model", MODEL).out
     hits = json.loads(nlqo("retrieve", "--index", files["index"], "Tolkien", "-k", "2", "--format", "json").out)
-    assert len(hits) == 2
+    assert len(hits["hits"]) == 2 and hits["k"] == 2
     assert MODEL in nlqo("models").out
     out = files["folder"] / "bench"
     nlqo("bench", "--questions", files["questions"], "--index", files["index"], "--model", MODEL, "--strategies", "standard-rag,auto", "--out", out, "--quiet")
