@@ -208,7 +208,7 @@ def test_a_question_that_does_not_parse_runs_without_a_plan(files, monkeypatch, 
         raise ParseFailure("no valid IR after 3 attempts", attempts=(), errors=())
 
     monkeypatch.setattr("nlqo.execute.engine.parse_question", fails)
-    assert main(["ask", MULTI_HOP, *map(str, engine_args(files, "--json"))]) == 0
+    assert main(["ask", MULTI_HOP, *map(str, engine_args(files, "--json", "--policy", "structural"))]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["stats"]["stop_reason"].startswith("parse_failed") and data["plan"] is None
 
