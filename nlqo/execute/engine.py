@@ -230,15 +230,9 @@ class Engine:
         parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
-            result = self._retrieve(question, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
+            result = OPERATORS[Operator.RETRIEVE].run(self, question, None, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
             return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
         physical = planned.physical
         result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
         plan = physical.logical if physical.parsed else None
         return attrs.evolve(result, question=question, planning_ms=planned.planning_ms + result.planning_ms, plan=plan, physical=physical)
-
-    def _retrieve(self, question: str, trace: Trace, strategy: str) -> RunResult:
-        """One retrieval with the question and one answer (the standard-rag baseline's prompt)."""
-        from nlqo.strategies.baselines import StandardRag
-
-        return attrs.evolve(StandardRag(self.llm, self.retriever, k=self.k).run(question, trace=trace), strategy=strategy)

@@ -5,7 +5,7 @@ operator (template or tree, by cost) answers.
 
 No threshold is fitted: the checks are the records' own signals (benchmarks/route_analysis.py: an
 unsupported answer was right 0-5% of the time, a supported one 9-44%; when iter-retgen's rounds
-disagree its exact match fell from 45-50 to 10-23).
+disagree its exact match fell).
 """
 
 from __future__ import annotations
