@@ -21,6 +21,7 @@ from nlqo.parser import parse_question
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.kinds import Operator, Policy
 from nlqo.operators import OPERATORS
+from nlqo.operators.retrieve import RETRIEVE
 from nlqo.statistics.features import question_class
 from nlqo.statistics.policy import Candidate, Choice, choose
 from nlqo.statistics.store import Statistics, differences
@@ -230,7 +231,7 @@ class Engine:
         parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
-            result = OPERATORS[Operator.RETRIEVE].run(self, question, None, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
+            result = RETRIEVE.run(self, question, None, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
             return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
         physical = planned.physical
         result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
