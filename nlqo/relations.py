@@ -156,6 +156,15 @@ class RelationCache:
         with self._lock:
             self.entries[self._key(normalise_atom_text(a), normalise_atom_text(b))] = str(kind)
 
+    def verdict(self, key: str) -> str | None:
+        """A stored answer under a free-form ``key`` (the optimizer's merge checks), under the lock."""
+        with self._lock:
+            return self.entries.get(key)
+
+    def put_verdict(self, key: str, verdict: str) -> None:
+        with self._lock:
+            self.entries[key] = verdict
+
     def save(self) -> None:
         """Merge with the file's current entries and write atomically, when the cache has a path."""
         if self.path is None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from nlqo.config import DEFAULT_MODEL, POLICIES, RETRIEVAL_MODES, RUNTIMES, SIMPLE_PLANS, STRATEGIES, TREE_QUERIES, EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.llm.backends import load_llm
+from nlqo.execute.trace import progress_line
 
 __all__ = ["DEFAULT_MODEL", "add_engine_options", "add_planning_options", "config_from_args", "load_llm", "parse_params"]
 # load_llm lives in nlqo.llm.backends (backends are packages, entry points nlqo.backends); it is
@@ -194,27 +195,6 @@ def plan_question(engine, args: argparse.Namespace, trace):
     if args.ir is None:
         return engine.plan(args.question, strategy=args.strategy, trace=trace)
     return engine.plan_query(read_ir(args.ir, args.question), strategy=args.strategy, trace=trace)
-
-
-def progress_line(step) -> str | None:
-    """The progress line of one trace step, or None for a step that prints none; total over every
-    step a trace can hold (a stop step may carry no terminator score, an LLM step no text).
-
-    >>> from nlqo.execute.trace import Step
-    >>> progress_line(Step(node="answer", kind="stop", text="retrieve"))
-    '  [answer] stop (retrieve)'
-    >>> progress_line(Step(node="hop-2", kind="stop", text="terminator", terminator_score=0.912))
-    '  [hop-2] stop (terminator, similarity 0.91)'
-    """
-    if step.kind == "retrieve":
-        titles = ", ".join(p.title for p in step.passages) or "no passages"
-        return f"  [{step.node}] retrieve {step.text!r} -> {titles}"
-    if step.kind == "llm":
-        return f"  [{step.node}] generated {step.generated_tokens} tokens in {step.wall_ms / 1000:.1f} s: {(step.text or '').strip()[:100]!r}"
-    if step.kind == "stop":
-        score = "" if step.terminator_score is None else f", similarity {step.terminator_score:.2f}"
-        return f"  [{step.node}] stop ({step.text or 'no reason given'}{score})"
-    return None
 
 
 def progress_printer(enabled: bool):

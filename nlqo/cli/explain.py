@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nlqo import explain as logical
 from nlqo import formats
 from nlqo.cli import common
-from nlqo.cost import CostContext
 from nlqo.errors import ParseFailure
 from nlqo.execute.trace import Trace
 from nlqo.questions import check_question
@@ -49,8 +47,5 @@ def run(args: argparse.Namespace) -> int:
         )
     physical = planned.physical
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
-    model = engine.optimizer.cost_model
-    costs = logical.node_costs(physical.logical, model, CostContext(physical.logical.query, physical.logical.relations, engine.optimizer.embedder))
-    view = formats.PhysicalView(physical, result, model=model, costs=costs)
-    formats.write(formats.render(view, args.format), args.out, say=not args.quiet)
+    formats.write(formats.render(engine.view(physical, result), args.format), args.out, say=not args.quiet)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import attrs
 
@@ -27,6 +28,9 @@ from nlqo.statistics.policy import Candidate, Choice, choose
 from nlqo.statistics.store import Statistics, differences
 from nlqo.passages import Embedder, Retriever
 from nlqo.plan import Plan
+
+if TYPE_CHECKING:
+    from nlqo.formats import PhysicalView
 
 STRATEGIES = STRATEGY_NAMES
 """Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
@@ -195,6 +199,17 @@ class Engine:
         physical = lower(plan, self.profile, k=self.k, force=None if strategy in ("auto", PLANNED) else strategy, simple=self.config.simple_plans)
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
+    def view(self, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
+        """``physical`` (and with ``result`` its run) as EXPLAIN [ANALYZE] renders it, with each node's cost."""
+        from nlqo import explain
+        from nlqo.cost import CostContext
+        from nlqo.formats import PhysicalView
+
+        model = self.optimizer.cost_model
+        logical = physical.logical
+        costs = explain.node_costs(logical, model, CostContext(logical.query, logical.relations, self.optimizer.embedder))
+        return PhysicalView(physical, result, model=model, costs=costs)
+
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
         """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first.
         An empty answer gets one more try (:func:`~nlqo.execute.fallback.answer_or_fallback`), and
@@ -204,9 +219,13 @@ class Engine:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
         trace = trace or Trace()
+        return self.execute(question, self.prepare(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
+
+    def prepare(self, question: str, *, strategy: str, trace: Trace) -> Planned:
+        """What :meth:`ask` runs for ``strategy``: a plan, or the question as one atom for an operator that needs none."""
         if strategy != "auto" and not OPERATORS[Operator(strategy)].needs_plan:
-            return self.execute(question, self.unparsed(question, strategy), strategy=strategy, trace=trace)
-        return self.execute(question, self.plan(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
+            return self.unparsed(question, strategy)
+        return self.plan(question, strategy=strategy, trace=trace)
 
     def execute(self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
         """Run a planned question on its physical operator (the template when there is no plan)."""

@@ -130,6 +130,27 @@ class Trace:
             return tuple(self.steps)
 
 
+def progress_line(step: Step) -> str | None:
+    """The progress line of one trace step, or None for a step that prints none; total over every
+    step a trace can hold (a stop step may carry no terminator score, an LLM step no text).
+
+    >>> from nlqo.execute.trace import Step
+    >>> progress_line(Step(node="answer", kind="stop", text="retrieve"))
+    '  [answer] stop (retrieve)'
+    >>> progress_line(Step(node="hop-2", kind="stop", text="terminator", terminator_score=0.912))
+    '  [hop-2] stop (terminator, similarity 0.91)'
+    """
+    if step.kind == "retrieve":
+        titles = ", ".join(p.title for p in step.passages) or "no passages"
+        return f"  [{step.node}] retrieve {step.text!r} -> {titles}"
+    if step.kind == "llm":
+        return f"  [{step.node}] generated {step.generated_tokens} tokens in {step.wall_ms / 1000:.1f} s: {(step.text or '').strip()[:100]!r}"
+    if step.kind == "stop":
+        score = "" if step.terminator_score is None else f", similarity {step.terminator_score:.2f}"
+        return f"  [{step.node}] stop ({step.text or 'no reason given'}{score})"
+    return None
+
+
 PARSE_FAILED = "parse_failed"
 """Stop-reason prefix of a run whose question did not parse (it ran the linear template instead)."""
 

@@ -181,7 +181,7 @@ class Optimizer:
             if relations.source.get(pair) in (RelationSource.PINNED, RelationSource.INFERRED):
                 continue
             key = f"merge\t{plan_text}\t{parent}\t{child}"
-            verdict = self.cache.entries.get(key) if self.cache is not None else None
+            verdict = self.cache.verdict(key) if self.cache is not None else None
             if verdict is None:
                 prompt = planning.MERGE
                 messages = prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text())
@@ -193,7 +193,7 @@ class Optimizer:
                 usage = usage + reply.usage
                 verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"
                 if self.cache is not None:
-                    self.cache.entries[key] = verdict
+                    self.cache.put_verdict(key, verdict)
             if verdict == "no":
                 return (parent, child), checks, usage
         return None, checks, usage
