@@ -19,7 +19,7 @@ import textwrap
 from nlqo import __version__, logs
 from nlqo.errors import NlqoError
 
-COMMANDS = ("parse", "plan", "models", "index", "retrieve", "ask", "explain", "analyze", "bench")
+COMMANDS = ("parse", "plan", "models", "index", "retrieve", "ask", "explain", "analyze", "bench", "serve")
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 2, 70, 130, 141
 EXIT_CODES = {

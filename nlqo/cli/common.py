@@ -65,10 +65,11 @@ def add_runtime_options(parser: argparse.ArgumentParser | argparse._ArgumentGrou
     parser.add_argument("--threads", type=int, metavar="N", help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; two runs sharing a machine must split them)")
 
 
-def add_engine_options(parser: argparse.ArgumentParser) -> None:
+def add_engine_options(parser: argparse.ArgumentParser, *, ir: bool = True) -> None:
     parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
     parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help="bundled model name, local model folder or .gguf, openai:MODEL@URL, or BACKEND:SPEC of an installed backend (default: %(default)s)")
-    parser.add_argument("--ir", type=Path, metavar="FILE", help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question")
+    if ir:
+        parser.add_argument("--ir", type=Path, metavar="FILE", help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question")
     parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade (default: %(default)s)")
     parser.add_argument("--policy", choices=POLICIES, default=None, help="auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, fast the fastest (default: balanced)")
     parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="auto: leave out operators estimated to take longer")

@@ -1,0 +1,124 @@
+"""``nlqo serve --index DIR``: the engine as an HTTP service with a web console (docs/serving.md)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+
+from nlqo.cli import common
+from nlqo.config import STRATEGIES
+from nlqo.errors import ConfigError
+
+TOKEN_ENV = "NLQO_SERVE_TOKEN"
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve questions over HTTP, with a web console",
+        description="Load the model and the index once and answer over HTTP: POST /v1/ask (stream: true for "
+        "server-sent events), /v1/explain, /v1/retrieve; GET /v1/health, /v1/stats, /metrics (Prometheus); "
+        "the console at /, the API schema at /docs. Requests beyond the backend's slots wait in a bounded "
+        "queue; beyond that they are answered 429.",
+        epilog="Example: nlqo serve --index .nlqo/demo-index --port 8080, then\n"
+        '  curl -s localhost:8080/v1/ask -H "Content-Type: application/json" -d \'{"question": "Who wrote The Hobbit?"}\'',
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    common.add_engine_options(p, ir=False)
+    group = p.add_argument_group("service")
+    group.add_argument("--host", default="127.0.0.1", help="address to listen on; any but loopback needs --token (default: %(default)s)")
+    group.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one and prints it (default: %(default)s)")
+    group.add_argument("--token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every endpoint but the console page and /v1/health (default: ${TOKEN_ENV}; none on loopback)")
+    group.add_argument("--capacity", type=int, default=None, metavar="N", help="requests run at once (default: the backend's slots: llama.cpp's sequences or the server's)")
+    group.add_argument("--queue", type=int, default=16, metavar="N", help="requests that may wait for a slot; more are answered 429 (default: %(default)s)")
+    group.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="a request's longest run; a request may ask for less (default: %(default)s)")
+    group.add_argument("--grace", type=float, default=30.0, metavar="SECONDS", help="on shutdown, running requests get this long to finish; then they are answered 503 (default: %(default)s)")
+    group.add_argument("--max-body", type=int, default=65536, metavar="BYTES", help="largest request body (default: %(default)s)")
+    p.set_defaults(func=run)
+
+
+def loopback(host: str) -> bool:
+    """True for an address only this machine reaches.
+
+    >>> loopback("127.0.0.1"), loopback("localhost"), loopback("::1"), loopback("0.0.0.0"), loopback("10.0.0.5")
+    (True, True, True, False, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    token = args.token or os.environ.get(TOKEN_ENV) or None
+    if not loopback(args.host) and token is None:
+        raise ConfigError(f"--host {args.host} is reachable from other machines: give --token TOKEN (or ${TOKEN_ENV}) so that only your clients are served")
+    for name, value in (("--queue", args.queue), ("--max-body", args.max_body)):
+        if value < 0 or (name == "--max-body" and value == 0):
+            raise ConfigError(f"{name} must be positive, not {value}")
+    if args.capacity is not None and args.capacity < 1:
+        raise ConfigError(f"--capacity must be at least 1, not {args.capacity}")
+    if args.timeout <= 0 or args.grace < 0:
+        raise ConfigError("--timeout must be positive and --grace not negative")
+    try:
+        import uvicorn
+
+        from nlqo.serve.app import create_app
+        from nlqo.serve.service import Service
+    except ModuleNotFoundError as exc:
+        raise ConfigError(f"nlqo serve needs {exc.name}: pip install fastapi uvicorn") from None
+    listener = bind(args.host, args.port)  # before the model loads: a port in use fails at once
+    engine = common.build_engine(args)
+    from nlqo.llm.base import capabilities
+
+    capacity = args.capacity or max(1, capabilities(engine.llm).concurrency)
+    service = Service(engine, capacity=capacity, queue_limit=args.queue, timeout=args.timeout)
+    redact = secret_paths(args)
+    app = create_app(service, token=token, max_body=args.max_body, strategy=args.strategy, strategies=STRATEGIES, model=str(args.model), redact=redact)
+    host, port = listener.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    print(f"nlqo: serving on http://{shown}:{port} ({capacity} at once, {args.queue} waiting; console at /, API schema at /docs; Ctrl-C stops)", file=sys.stderr, flush=True)
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:  # new requests get 503 from the first signal on
+            service.begin_close(args.grace)
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, log_config=None, log_level="info", timeout_graceful_shutdown=int(args.grace) + 2, access_log=True)
+    Server(config).run(sockets=[listener])
+    finished = service.close(0)
+    print("nlqo: stopped" + ("" if finished else " (some requests had not finished)"), file=sys.stderr)
+    return 0
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on ``host:port``, or a clear error."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def secret_paths(args: argparse.Namespace) -> tuple[str, ...]:
+    """Texts no error message may show: the index and model paths, the cache, home and working folders."""
+    paths = {str(args.index), str(Path(args.index).resolve()), os.getcwd(), str(Path.home())}
+    model = Path(str(args.model))
+    if model.exists():
+        paths |= {str(args.model), str(model.resolve())}
+    from nlqo.models.convert import cache_root
+
+    paths.add(str(cache_root()))
+    return tuple(p for p in paths if len(p) > 1)

@@ -1,0 +1,318 @@
+"""``nlqo serve`` over a scripted model (nlqo.serve): endpoints, bad requests, the queue, cancellation,
+timeouts, auth, shutdown. A real uvicorn serves each app on a loopback port; clients speak HTTP."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+uvicorn = pytest.importorskip("uvicorn")
+
+from fakes import PASSAGES, HashEmbedder, KeywordRetriever  # noqa: E402
+from nlqo.cli.serve import bind  # noqa: E402
+from nlqo.config import EngineConfig  # noqa: E402
+from nlqo.errors import IndexFileError  # noqa: E402
+from nlqo.execute.engine import Engine  # noqa: E402
+from nlqo.llm import ScriptedLLM  # noqa: E402
+from nlqo.serve.app import create_app  # noqa: E402
+from nlqo.serve.service import Service  # noqa: E402
+from nlqo.serve.stats import percentile  # noqa: E402
+
+QUESTION = "Who directed Jaws?"
+SECRET = "/srv/secret-corpus/index"
+
+
+class Gate:
+    """An answer function that blocks until opened (the request holds its slot meanwhile)."""
+
+    def __init__(self, answer: str = "Steven Spielberg"):
+        self.answer, self.opened, self.entered = answer, threading.Event(), threading.Semaphore(0)
+        self.waiting = 0
+
+    def __call__(self, prompt: str) -> str:
+        self.waiting += 1
+        self.entered.release()
+        self.opened.wait(30)
+        return self.answer
+
+
+def make_engine(reply=" Steven Spielberg", **options) -> tuple[Engine, ScriptedLLM]:
+    llm = ScriptedLLM([], default=reply)
+    config = EngineConfig(strategy="retrieve", measure_costs=False, cost_model="structural", max_question_chars=200, **options)
+    return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()), llm
+
+
+@contextlib.contextmanager
+def serving(service: Service, **options):
+    """The app of ``service`` on a free loopback port; yields (host, port)."""
+    app = create_app(service, strategy="retrieve", strategies=("auto", "retrieve", "linear", "tree", "iterate", "cascade"), model="scripted", **options)
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield sock.getsockname()[:2]
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+def call(address, method: str, path: str, body=None, *, headers=None, raw: bytes | None = None, timeout: float = 30):
+    """(status, headers, decoded JSON or text) of one request."""
+    conn = http.client.HTTPConnection(*address, timeout=timeout)
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    conn.request(method, path, body=data, headers={"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    text = response.read().decode()
+    conn.close()
+    try:
+        return response.status, dict(response.getheaders()), json.loads(text)
+    except json.JSONDecodeError:
+        return response.status, dict(response.getheaders()), text
+
+
+def events(address, body, *, stop_after: int | None = None):
+    """The server-sent events of a streamed ask, as (name, data); ``stop_after`` hangs up after that many."""
+    conn = http.client.HTTPConnection(*address, timeout=30)
+    conn.request("POST", "/v1/ask", body=json.dumps({**body, "stream": True}), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
+    out, name = [], None
+    while True:
+        line = response.fp.readline().decode()
+        if not line:
+            break
+        line = line.rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            out.append((name, json.loads(line[6:])))
+            if stop_after is not None and len(out) >= stop_after:
+                conn.sock.shutdown(2)
+                conn.close()
+                return out
+    conn.close()
+    return out
+
+
+def test_ask_returns_the_answer_its_passages_with_texts_the_operator_and_the_timing():
+    engine, llm = make_engine()
+    with serving(Service(engine)) as address:
+        status, _, body = call(address, "POST", "/v1/ask", {"question": QUESTION})
+    assert status == 200 and body["answer"] == "Steven Spielberg" and body["operator"] == "retrieve"
+    assert body["supporting"] and body["supporting"][0]["title"] == "Jaws (film)" and "Spielberg" in body["supporting"][0]["text"]
+    assert body["timing"]["execution_ms"] > 0 and body["stats"]["llm_calls"] == len(llm.calls) == 1
+    assert "explain" not in body
+
+
+def test_ask_with_explain_adds_explain_analyze_json_and_html():
+    engine, _ = make_engine()
+    with serving(Service(engine)) as address:
+        _, _, as_json = call(address, "POST", "/v1/ask", {"question": QUESTION, "explain": True})
+        _, _, as_html = call(address, "POST", "/v1/ask", {"question": QUESTION, "explain": "html"})
+    assert as_json["explain"]["physical"]["operator"] == "retrieve" and as_json["explain"]["analyze"]["answer"] == "Steven Spielberg"
+    assert as_html["explain"].lstrip().lower().startswith("<!doctype html") and "Steven Spielberg" in as_html["explain"]
+
+
+def test_explain_plans_without_running_and_retrieve_searches_the_index():
+    engine, llm = make_engine()
+    with serving(Service(engine)) as address:
+        status, _, plan = call(address, "POST", "/v1/explain", {"question": QUESTION})
+        assert status == 200 and plan["operator"] == "retrieve" and plan["plan"]["physical"]["operator"] == "retrieve"
+        assert llm.calls == []  # nothing ran: retrieve needs no parse
+        status, _, found = call(address, "POST", "/v1/retrieve", {"query": "Spielberg born", "k": 2})
+    assert status == 200 and [h["rank"] for h in found["hits"]] == [1, 2] and found["hits"][0]["title"] == "Steven Spielberg"
+
+
+@pytest.mark.parametrize(
+    "raw, status, words",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"{}", 422, "question: Field required"),
+        (json.dumps({"question": 5}).encode(), 422, "question"),
+        (json.dumps({"question": QUESTION, "stream": "yes"}).encode(), 422, "stream"),
+        (json.dumps({"question": QUESTION, "colour": "red"}).encode(), 422, "colour"),
+        (json.dumps({"question": ""}).encode(), 422, "question"),
+        (json.dumps({"question": "   "}).encode(), 400, "empty"),
+        (json.dumps({"question": "x" * 201}).encode(), 413, "more than 200"),
+        (json.dumps({"question": QUESTION, "strategy": "magic"}).encode(), 400, "unknown strategy 'magic'"),
+        (json.dumps({"question": QUESTION, "timeout": -1}).encode(), 422, "timeout"),
+        (json.dumps([QUESTION]).encode(), 422, "body"),
+        (b"x" * 70000, 413, "larger than 65,536 bytes"),
+    ],
+)
+def test_a_bad_request_is_answered_4xx_with_a_message_that_names_the_problem(raw, status, words):
+    engine, llm = make_engine()
+    with serving(Service(engine)) as address:
+        got, _, body = call(address, "POST", "/v1/ask", raw=raw)
+    assert got == status, body
+    assert words in body["error"]["message"] and llm.calls == []
+
+
+def test_retrieve_checks_k_and_explain_its_format():
+    engine, _ = make_engine()
+    with serving(Service(engine)) as address:
+        assert call(address, "POST", "/v1/retrieve", {"query": "Jaws", "k": 0})[0] == 422
+        assert call(address, "POST", "/v1/retrieve", {"query": "Jaws", "k": "3"})[0] == 422
+        assert call(address, "POST", "/v1/explain", {"question": QUESTION, "format": "pdf"})[0] == 422
+
+
+def test_a_full_queue_is_answered_429_with_retry_after_and_waiting_requests_run_later():
+    gate = Gate()
+    engine, _ = make_engine(gate)
+    service = Service(engine, capacity=1, queue_limit=1)
+    with serving(service) as address:
+        results = []
+        first = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        first.start()
+        assert gate.entered.acquire(timeout=10)  # the first holds the only slot
+        second = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        second.start()
+        deadline = time.monotonic() + 10
+        while service.snapshot()["queue_length"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        status, headers, body = call(address, "POST", "/v1/ask", {"question": QUESTION})
+        assert status == 429 and headers["retry-after"] == "2" and "1 requests are waiting" in body["error"]["message"]
+        gate.opened.set()
+        first.join(10)
+        second.join(10)
+        stats = call(address, "GET", "/v1/stats")[2]
+    assert sorted(r[0] for r in results) == [200, 200] and stats["requests_served"] == 2 and stats["queue_length"] == 0
+
+
+def test_requests_up_to_the_capacity_run_at_the_same_time():
+    gate = Gate()
+    engine, _ = make_engine(gate)
+    with serving(Service(engine, capacity=2, queue_limit=0)) as address:
+        threads = [threading.Thread(target=call, args=(address, "POST", "/v1/ask", {"question": QUESTION})) for _ in range(2)]
+        for t in threads:
+            t.start()
+        both = gate.entered.acquire(timeout=10) and gate.entered.acquire(timeout=10)  # both in the model before either is let out
+        gate.opened.set()
+        for t in threads:
+            t.join(10)
+    assert both
+
+
+def test_a_client_that_leaves_mid_stream_cancels_its_run_at_the_next_step():
+    gate = Gate(" When was the film Jaws released?")
+    engine, llm = make_engine(gate)
+    service = Service(engine, capacity=1)
+    with serving(service) as address:
+        got = events(address, {"question": QUESTION, "strategy": "linear"}, stop_after=2)  # accepted, then the plan
+        assert [name for name, _ in got] == ["accepted", "plan"]
+        assert gate.entered.acquire(timeout=10)
+        calls_then = len(llm.calls)
+        gate.opened.set()
+        deadline = time.monotonic() + 10
+        while service.snapshot()["running"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        stats = call(address, "GET", "/v1/stats")[2]
+    assert stats["requests"].get("ask cancelled") == 1 and stats["running"] == 0
+    assert len(llm.calls) <= calls_then + 1  # the linear template would go on for hops; it stopped at the next step
+
+
+def test_a_streamed_ask_reports_each_step_then_the_result():
+    engine, _ = make_engine()
+    with serving(Service(engine)) as address:
+        got = events(address, {"question": QUESTION})
+    names = [n for n, _ in got]
+    assert names[0] == "accepted" and names[1] == "plan" and names[-2:] == ["answer", "result"]
+    steps = [d for n, d in got if n == "step"]
+    assert [s["kind"] for s in steps][:2] == ["retrieve", "llm"] and "Jaws (film)" in steps[0]["titles"]
+    assert got[-1][1]["answer"] == "Steven Spielberg"
+
+
+def test_a_request_past_its_timeout_is_answered_504_and_frees_its_slot():
+    gate = Gate()
+    engine, _ = make_engine(gate)
+    service = Service(engine, capacity=1)
+    with serving(service) as address:
+        status, _, body = call(address, "POST", "/v1/ask", {"question": QUESTION, "timeout": 0.3})
+        gate.opened.set()
+        assert status == 504 and "0.3 s timeout" in body["error"]["message"]
+        deadline = time.monotonic() + 10
+        while service.snapshot()["running"] and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert call(address, "POST", "/v1/ask", {"question": QUESTION})[0] == 200
+
+
+def test_the_token_is_required_everywhere_but_the_console_page_and_health():
+    engine, _ = make_engine()
+    with serving(Service(engine), token="s3cret") as address:
+        assert call(address, "POST", "/v1/ask", {"question": QUESTION})[0] == 401
+        assert call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert call(address, "GET", "/metrics")[0] == 401
+        assert call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert call(address, "GET", "/v1/health")[0] == 200 and call(address, "GET", "/")[0] == 200
+
+
+def test_errors_never_show_server_paths_or_internal_state():
+    engine, _ = make_engine()
+
+    def broken(query, k):
+        raise IndexFileError(f"{SECRET}/vectors.faiss is damaged")
+
+    engine.retriever.search = broken
+    with serving(Service(engine), redact=(SECRET,)) as address:
+        status, _, body = call(address, "POST", "/v1/retrieve", {"query": f"where is {SECRET}"})
+    assert status == 502 and SECRET not in json.dumps(body) and "server log" in body["error"]["message"]
+
+
+def test_a_closing_service_answers_503_and_lets_running_requests_finish():
+    gate = Gate()
+    engine, _ = make_engine(gate)
+    service = Service(engine, capacity=1)
+    with serving(service) as address:
+        results = []
+        running = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        running.start()
+        assert gate.entered.acquire(timeout=10)
+        service.begin_close(grace=30)
+        status, _, body = call(address, "POST", "/v1/ask", {"question": QUESTION})
+        health = call(address, "GET", "/v1/health")[0]
+        gate.opened.set()
+        running.join(10)
+    assert status == 503 and "shutting down" in body["error"]["message"] and health == 503
+    assert results[0][0] == 200 and results[0][2]["answer"] == "Steven Spielberg"
+
+
+def test_stats_and_metrics_count_what_was_served():
+    engine, _ = make_engine()
+    with serving(Service(engine)) as address:
+        for _ in range(3):
+            call(address, "POST", "/v1/ask", {"question": QUESTION})
+        call(address, "POST", "/v1/ask", {"question": "   "})
+        stats = call(address, "GET", "/v1/stats")[2]
+        status, headers, metrics = call(address, "GET", "/metrics")
+    assert stats["requests_served"] == 3 and stats["latency_seconds"]["window"] == 3 and stats["latency_seconds"]["p95"] > 0
+    assert stats["generated_tokens"] == 6  # two words per answer
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    assert 'nlqo_requests_total{endpoint="ask",outcome="ok"} 3' in metrics.splitlines() and "nlqo_queue_length 0" in metrics.splitlines()
+
+
+def test_the_console_and_the_schema_page_load_nothing_from_the_network():
+    engine, _ = make_engine()
+    with serving(Service(engine)) as address:
+        console = call(address, "GET", "/")[2]
+        docs = call(address, "GET", "/docs")[2]
+        schema = call(address, "GET", "/openapi.json")[2]
+    assert "<form" in console and "/v1/ask" in console
+    for page in (console, docs):
+        assert "src=\"http" not in page and "href=\"http" not in page and "cdn" not in page.lower()
+    assert {"/v1/ask", "/v1/explain", "/v1/retrieve", "/v1/health", "/v1/stats", "/metrics"} <= set(schema["paths"])
+    assert "/v1/ask" in docs
+
+
+@pytest.mark.parametrize("values, q, expected", [([3.0, 1.0, 2.0], 50, 2.0), ([1.0] * 19 + [9.0], 95, 1.0), ([1.0] * 18 + [9.0, 9.0], 95, 9.0)])
+def test_percentiles_are_nearest_rank(values, q, expected):
+    assert percentile(values, q) == expected
