@@ -1,0 +1,161 @@
+"""``nlqo serve`` as a process on the real 135M model: answers equal the single-process ones, a killed
+server restarts and serves again, and the console works in headless Chromium (issue 40)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from browser import CHROMIUM, Chromium
+from nlqo.cli import main
+from realmodels import unavailable
+
+pytestmark = pytest.mark.real_model
+
+PASSAGES = [
+    {"id": "a1", "title": "Jaws (film)", "text": "Jaws is a 1975 thriller film directed by Steven Spielberg."},
+    {"id": "a2", "title": "Steven Spielberg", "text": "Steven Spielberg is an American film director born in Cincinnati, Ohio."},
+    {"id": "a3", "title": "Cincinnati", "text": "Cincinnati is a city in the state of Ohio."},
+    {"id": "a4", "title": "The Hobbit", "text": "The Hobbit is a novel by J. R. R. Tolkien, published in 1937."},
+]
+QUESTIONS = ("Who directed Jaws?", "In which city was the director of the film Jaws born?")
+MODEL = "smollm2-135m"
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve")
+    corpus = folder / "corpus.jsonl"
+    corpus.write_text("\n".join(json.dumps(p) for p in PASSAGES) + "\n")
+    assert main(["index", str(corpus), "--out", str(folder / "index"), "--quiet"]) == 0
+    return folder / "index"
+
+
+class Server:
+    """``nlqo serve`` in a child process on a free loopback port."""
+
+    def __init__(self, index: Path, *extra: str):
+        cmd = [sys.executable, "-m", "nlqo", "serve", "--index", str(index), "--model", MODEL, "--port", "0", "-k", "2", *extra]
+        self.process = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        said = []
+        for line in self.process.stderr:
+            said.append(line)
+            if match := re.search(r"serving on http://([\d.]+):(\d+)", line):
+                self.address = (match.group(1), int(match.group(2)))
+                break
+        else:
+            text = "".join(said)
+            if "not installed" in text or "not available" in text:
+                unavailable(f"the serve tests need {MODEL}: {text[-300:]}")
+            raise AssertionError(f"nlqo serve did not start:\n{text}")
+        threading.Thread(target=self.process.stderr.read, daemon=True).start()
+
+    def request(self, method: str, path: str, body=None, timeout: float = 300):
+        conn = http.client.HTTPConnection(*self.address, timeout=timeout)
+        try:
+            conn.request(method, path, body=None if body is None else json.dumps(body), headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, json.loads(response.read())
+        finally:
+            conn.close()
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.process.send_signal(sig)
+        return self.process.wait(60)
+
+
+@pytest.fixture(scope="module")
+def server(index):
+    s = Server(index)
+    yield s
+    s.stop()
+
+
+def single_process_answer(index: Path, question: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "nlqo", "ask", question, "--index", str(index), "--model", MODEL, "-k", "2", "--json", "--quiet"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["answer"]
+
+
+def test_served_answers_equal_the_single_process_answers_also_when_asked_at_once(server, index):
+    expected = {q: single_process_answer(index, q) for q in QUESTIONS}
+    replies: dict[str, list] = {q: [] for q in QUESTIONS}
+    threads = [threading.Thread(target=lambda q=q: replies[q].append(server.request("POST", "/v1/ask", {"question": q}))) for q in QUESTIONS * 2]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    for q in QUESTIONS:
+        assert [status for status, _ in replies[q]] == [200, 200]
+        assert [body["answer"] for _, body in replies[q]] == [expected[q]] * 2
+    stats = server.request("GET", "/v1/stats")[1]
+    assert stats["requests_served"] >= 4 and stats["latency_seconds"]["p50"] > 0 and stats["generated_tokens"] > 0
+
+
+def test_a_streamed_ask_on_the_real_model_reports_its_steps(server):
+    conn = http.client.HTTPConnection(*server.address, timeout=300)
+    conn.request("POST", "/v1/ask", body=json.dumps({"question": QUESTIONS[1], "stream": True, "explain": True}), headers={"Content-Type": "application/json"})
+    text = conn.getresponse().read().decode()
+    names = re.findall(r"^event: (\w+)$", text, re.M)
+    assert names[:2] == ["accepted", "plan"] and "step" in names and names[-1] == "result"
+    result = json.loads(text.rsplit("data: ", 1)[1])
+    assert result["explain"]["physical"]["operator"] == result["operator"]
+
+
+def test_a_killed_server_restarts_and_serves_the_same_answer(index):
+    first = Server(index)
+    status, body = first.request("POST", "/v1/ask", {"question": QUESTIONS[0]})
+    assert status == 200
+    hanging = threading.Thread(target=lambda: _swallow(first.request, "POST", "/v1/ask", {"question": QUESTIONS[1]}))
+    hanging.start()
+    time.sleep(0.5)
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # mid-request
+    hanging.join(30)
+    second = Server(index)
+    try:
+        again = second.request("POST", "/v1/ask", {"question": QUESTIONS[0]})
+        assert again[0] == 200 and again[1]["answer"] == body["answer"]
+    finally:
+        assert second.stop() == 0  # SIGTERM: a graceful stop
+
+
+def _swallow(call, *args):
+    try:
+        call(*args)
+    except OSError:
+        pass  # the server was killed under it
+
+
+def test_the_console_asks_streams_the_steps_and_shows_the_answer_and_the_plan(server, tmp_path):
+    if CHROMIUM is None:
+        unavailable("chromium is not installed (Debian: apt-get install chromium; `make install-test` tries)")
+    pytest.importorskip("websocket", reason="websocket-client is not installed (pip install -e '.[test]')")
+    host, port = server.address
+    with Chromium() as chromium:
+        page = chromium.page
+        page.open(f"http://{host}:{port}/")
+        page.eval(f"document.getElementById('question').value = {json.dumps(QUESTIONS[1])}")
+        page.click("#go")
+        state = page.wait_for("document.body.dataset.state === 'answered' || document.body.dataset.state === 'failed' ? document.body.dataset.state : ''", timeout=300)
+        assert state == "answered", page.eval("document.getElementById('error').textContent")
+        steps = page.eval("[...document.querySelectorAll('#steps li')].map(li => li.textContent)")
+        assert steps[0].startswith("plan: ") and any("retrieve" in s for s in steps) and steps[-1].startswith("answer: ")
+        answer = page.eval("document.getElementById('answer').textContent")
+        assert answer and page.eval("document.querySelectorAll('#passages li').length") >= 1
+        assert page.wait_for("document.getElementById('plan').srcdoc.includes('nlqo-plans')")
+        assert page.errors() == []
+        assert all(url.startswith(f"http://{host}:{port}/") or url.startswith("about:") for url in page.requests())
+        shot = page.screenshot(tmp_path / "console.png")
+        if os.environ.get("NLQO_SCREENSHOTS"):
+            shutil.copy(shot, Path(os.environ["NLQO_SCREENSHOTS"]) / "serve-console.png")
