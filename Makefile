@@ -13,7 +13,7 @@ MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments
+.PHONY: demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -167,6 +167,14 @@ STAT_SAMPLE ?= 50
 STAT_PAIRED ?= 30
 STAT_OUT ?= benchmarks/results/statistics
 bench-statistics: $(addprefix statistics-,$(BENCH_SETS))
+
+# Issue 40's load test of `nlqo serve` (docs/serving.md): the first LOAD_LIMIT HotpotQA questions from
+# 1, 2, 4 and 8 clients, on the 135M model and on the default one; never beside another benchmark.
+LOAD_LIMIT ?= 16
+LOAD_INDEX ?= $(STAT_OUT)/hotpotqa_dev_199/index
+load-serve: install-test $(VENV)/.model-$(MODEL)
+	[ -f $(LOAD_INDEX)/manifest.json ] || $(NLQO) index $(BENCH_DATA)/hotpotqa_dev_199_corpus.jsonl.gz --out $(LOAD_INDEX)
+	for m in smollm2-135m $(MODEL); do $(PY) benchmarks/load_serve.py --model $$m --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT) --docs docs/serving.md || exit 1; done
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent clients (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "serve", help="results folder (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for one request (default: %(default)s)")
+    parser.add_argument("--docs", type=Path, help="a markdown file whose load-test markers receive the table of every model in --out")
     args = parser.parse_args(argv)
     questions = read_questions(args.questions, args.limit)
     levels = [int(x) for x in args.levels.split(",")]
@@ -63,7 +64,26 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"load_{name}.json").write_text(json.dumps(report, indent=2) + "\n")
     plot(report, args.out / f"load_{name}.png")
     print(json.dumps(report, indent=2))
+    if args.docs:
+        page = args.docs.read_text(encoding="utf-8")
+        head, rest = page.split(BEGIN, 1)
+        args.docs.write_text(f"{head}{BEGIN}\n{table(args.out)}{END}{rest.split(END, 1)[1]}", encoding="utf-8")
     return 0
+
+
+BEGIN, END = "<!-- BEGIN load-test -->", "<!-- END load-test -->"
+
+
+def table(folder: Path) -> str:
+    """Markdown: every model's load test in ``folder``, one row per level."""
+    rows = ["| model | clients | questions | errors | lost | duplicated | answers unlike `nlqo ask` | questions/s | vs 1 client | p50 s | p95 s | p99 s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path in sorted(folder.glob("load_*.json")):
+        r = json.loads(path.read_text())
+        s = r["single_process"]
+        rows.append(f"| {r['model']} | `nlqo ask`, one process each | {s['requests']} | {s['errors']} | | | | {s['throughput_per_s']:.3f} | | {s['p50_s']} | {s['p95_s']} | {s['p99_s']} |")
+        for level, x in sorted(r["levels"].items(), key=lambda kv: int(kv[0])):
+            rows.append(f"| {r['model']} | serve, {level} | {x['requests']} | {x['errors']} | {x['lost']} | {x['duplicated']} | {len(x['different_from_single_process'])} | {x['throughput_per_s']:.3f} | {x['throughput_vs_1_client']}x | {x['p50_s']} | {x['p95_s']} | {x['p99_s']} |")
+    return "\n".join(rows) + "\n"
 
 
 def read_questions(path: Path, limit: int) -> list[dict]:
