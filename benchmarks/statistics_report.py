@@ -77,8 +77,23 @@ def pareto(points: dict[str, tuple[float, float]]) -> set[str]:
     return {n for n, (em, s) in points.items() if not any(e2 >= em and s2 <= s and (e2, s2) != (em, s) for e2, s2 in points.values())}
 
 
+def calibration(stats: Path) -> list[str]:
+    """What `nlqo analyze` measured on each set's first 50: per operator and question class."""
+    out = ["| set | operator | class | n | EM % [95%] | supported % | s/question | LLM calls |", "|---|---|---|---|---|---|---|---|"]
+    for name in SETS:
+        path = stats / name / "statistics.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text(encoding="utf-8"))["operators"]
+        for op in sorted(data):
+            for kind in ("all", *sorted(k for k in data[op] if k != "all")):
+                x = data[op][kind]
+                out.append(f"| {name} | {op} | {kind} | {x['n']} | {x['em'] * 100:.1f} [{x['em_low'] * 100:.0f}, {x['em_high'] * 100:.0f}] | {x['supported'] * 100:.0f} | {x['seconds']:.1f} | {x['llm_calls']:.2f} |")
+    return out + [""]
+
+
 def report(runs: Path, stats: Path) -> str:
-    out = ["| set | n | strategy | EM % [95%] | s/question | on the Pareto front |", "|---|---|---|---|---|---|"]
+    out = calibration(stats) + ["| set | n | strategy | EM % [95%] | s/question | on the Pareto front |", "|---|---|---|---|---|---|"]
     gains, qerrors, chosen, replay = [], [], [], []
     for name in SETS:
         held = read(stats / name / "heldout" / "records.jsonl")

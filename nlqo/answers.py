@@ -7,6 +7,20 @@ match compares the same kind of string for all of them.
 from __future__ import annotations
 
 import re
+import string
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b")
+_PUNCTUATION = str.maketrans("", "", string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces.
+
+    >>> normalize_answer("  The Rush, band!")
+    'rush band'
+    """
+    text = text.lower().translate(_PUNCTUATION)
+    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def visible(text: str) -> str:

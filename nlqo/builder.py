@@ -1,5 +1,6 @@
 """Build the engine's parts from one :class:`~nlqo.config.EngineConfig`: the one place that loads
-the LLM, opens the index, reads the cost model and rules, and assembles the optimizer and engine.
+the LLM, opens the index, reads the cost model and rules, and assembles the optimizer
+(:meth:`nlqo.Engine.from_config` puts the parts together).
 
 The CLI commands (``plan``, ``ask``, ``explain``, ``bench``, ``parse``), the bench's strategies and
 :meth:`nlqo.Engine.from_config` all come through here, so one option means the same everywhere.
@@ -12,17 +13,14 @@ Parts passed in (``llm=``, ``retriever=``, ``embedder=``) are used instead of lo
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError, NlqoError
-from nlqo.llm.backends import load_llm, runtime_of
+from nlqo.llm.backends import load_llm
 
 if TYPE_CHECKING:
     from nlqo.cost import CostModel
-    from nlqo.execute.engine import Engine
-    from nlqo.execute.lower import BackendProfile
     from nlqo.llm.base import LLM
     from nlqo.optimizer import Optimizer
     from nlqo.passages import Embedder, Retriever
@@ -123,61 +121,3 @@ def load_statistics(config: EngineConfig, identity: dict):
     if config.statistics is not None:
         return store.check(store.load(config.statistics), identity)
     return store.for_index(config.index, identity)
-
-
-def build_engine(
-    config: EngineConfig,
-    *,
-    llm: "LLM | None" = None,
-    retriever: "Retriever | None" = None,
-    embedder: "Embedder | None" = None,
-    profile: "BackendProfile | None" = None,
-    progress: bool = False,
-) -> "Engine":
-    """The engine ``config`` describes, loading whatever part is not passed in."""
-    from nlqo.execute.engine import Engine
-    from nlqo.execute.linear import LinearExecutor
-    from nlqo.execute.lower import BackendProfile, measure_profile
-    from nlqo.execute.tree import TreeExecutor
-    from nlqo.llm.base import capabilities
-    from nlqo.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
-
-    def say(message: str) -> None:
-        if progress:
-            print(f"nlqo: {message}", file=sys.stderr, flush=True)
-
-    set_threads(config.threads)
-    if retriever is None:
-        say(f"opening index {config.index} ...")
-        retriever, embedder = open_retrieval(config, embedder=embedder)
-    if embedder is None:
-        embedder = load_embedder(config.embedder or DEFAULT_EMBEDDER)
-    if llm is None:
-        say(f"loading {config.model} ...")
-        llm = load_model(config)
-    optimizer = build_optimizer(config, llm=llm, embedder=embedder)
-    identity = {**engine_identity(config), "runtime": runtime_of(llm)}
-    chooses = config.strategy == "auto" and config.policy != "structural"
-    statistics = load_statistics(config, identity) if chooses else None
-    if profile is None:
-        caps = capabilities(llm)
-        profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
-        measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
-        if measure:
-            say("measuring the backend's per-token costs for the cost-based lowering ...")
-            profile = measure_profile(llm, profile)
-    return Engine(
-        llm=llm,
-        retriever=retriever,
-        embedder=embedder,
-        optimizer=optimizer,
-        linear=LinearExecutor(
-            llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse,
-            template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
-        ),
-        tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
-        profile=profile,
-        config=config,
-        statistics=statistics,
-        identity=identity,
-    )

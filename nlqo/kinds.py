@@ -15,6 +15,9 @@ from __future__ import annotations
 import enum
 import json  # noqa: F401  (used by the doctest)
 
+QUANTIZATIONS = ("none", "int8")
+"""What ``--quantize`` accepts for transformers models (docs/models.md)."""
+
 
 class _Word(str, enum.Enum):
     """A string enum whose text is its value (also under Python 3.11's enum formatting)."""

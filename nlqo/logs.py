@@ -39,7 +39,7 @@ def log_path(env: Mapping[str, str] | None = None) -> Path:
     >>> log_path({"NLQO_LOG": "/tmp/x.log"}), log_path({"NLQO_CACHE": "/data/nlqo"})
     (PosixPath('/tmp/x.log'), PosixPath('/data/nlqo/logs/nlqo.log'))
     """
-    from nlqo.models.convert import cache_root
+    from nlqo.paths import cache_root
 
     env = os.environ if env is None else env
     value = env.get(ENV)

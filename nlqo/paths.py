@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 
 FOLDER = "a folder"
@@ -66,3 +67,17 @@ def _missing(path: Path, exc: OSError) -> str:
             return f"a broken symlink (to {os.readlink(path)})"
         return NOTHING
     return f"a path that cannot be read ({exc.strerror or exc})"
+
+
+def cache_root(env: Mapping[str, str] | None = None) -> Path:
+    """nlqo's cache directory: ``$NLQO_CACHE``, else ``~/.cache/nlqo``.
+
+    >>> cache_root({"NLQO_CACHE": "/data/nlqo"})
+    PosixPath('/data/nlqo')
+    >>> cache_root({}).parts[-2:]
+    ('.cache', 'nlqo')
+    """
+    env = os.environ if env is None else env
+    value = env.get("NLQO_CACHE")
+    return Path(value).expanduser() if value else Path.home() / ".cache" / "nlqo"
+

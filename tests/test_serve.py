@@ -20,7 +20,7 @@ from nlqo.errors import IndexFileError  # noqa: E402
 from nlqo.execute.engine import Engine  # noqa: E402
 from nlqo.llm import ScriptedLLM  # noqa: E402
 from nlqo.serve.app import create_app  # noqa: E402
-from nlqo.serve.service import Service  # noqa: E402
+from nlqo.serve.service import Service, Ticket  # noqa: E402
 from nlqo.serve.stats import percentile  # noqa: E402
 
 QUESTION = "Who directed Jaws?"
@@ -203,7 +203,17 @@ def test_requests_up_to_the_capacity_run_at_the_same_time():
     assert both
 
 
-def test_a_client_that_leaves_mid_stream_cancels_its_run_at_the_next_step():
+def test_a_client_that_leaves_mid_stream_cancels_its_run_at_the_next_step(monkeypatch):
+    import nlqo.serve.app
+
+    tickets = []
+
+    class Recorded(Ticket):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            tickets.append(self)
+
+    monkeypatch.setattr(nlqo.serve.app, "Ticket", Recorded)
     gate = Gate(" When was the film Jaws released?")
     engine, llm = make_engine(gate)
     service = Service(engine, capacity=1)
@@ -212,6 +222,7 @@ def test_a_client_that_leaves_mid_stream_cancels_its_run_at_the_next_step():
         assert [name for name, _ in got] == ["accepted", "plan"]
         assert gate.entered.acquire(timeout=10)
         calls_then = len(llm.calls)
+        assert tickets[0].cancel.wait(10)  # the server saw the hang-up while the model was busy
         gate.opened.set()
         deadline = time.monotonic() + 10
         while service.snapshot()["running"] and time.monotonic() < deadline:

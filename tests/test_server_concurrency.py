@@ -76,7 +76,7 @@ class SlotServer(Loopback):
 
 
 def server_profile(llm: OpenAICompatLLM) -> BackendProfile:
-    """What :func:`nlqo.builder.build_engine` measures for a server backend (``strategy="auto"``)."""
+    """What :meth:`nlqo.Engine.from_config` measures for a server backend (``strategy="auto"``)."""
     return measure_profile(llm, BackendProfile(kv_reuse=False, concurrency=capabilities(llm).concurrency))
 
 

@@ -176,17 +176,6 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     return cmd
 
 
-def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> dict:
-    """Strategy name -> strategy over ``index`` (planned ones start from ``config``). Each gets a
-    fork of ``llm`` with its own prefix cache when the backend declares forks, so no strategy's
-    timing depends on which one ran before it."""
-    from nlqo.llm.base import forked
-    from nlqo.strategies import build_strategy
-
-    retriever = index.retriever(retrieval)
-    return {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=k, config=config) for spec in specs}
-
-
 def default_model() -> str:
     """The project's default model."""
     from nlqo.config import DEFAULT_MODEL
@@ -245,6 +234,7 @@ def _bench_here(args: argparse.Namespace, specs: list[str], questions, config, i
     from nlqo.eval.runner import Bench
     from nlqo.llm.backends import runtime_of
     from nlqo.llm.cache import with_cache
+    from nlqo.strategies import build_strategies
 
     backend = load_model(config)
     llm = with_cache(backend, args.llm_cache)

@@ -33,7 +33,7 @@ def add_planning_options(parser: argparse.ArgumentParser, *, variants: bool = Fa
 
 
 def add_quantize_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    from nlqo.models import QUANTIZATIONS
+    from nlqo.kinds import QUANTIZATIONS
 
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved the default model's EM, docs/models.md); not for benchmarks (default: %(default)s)")
 

@@ -94,7 +94,7 @@ class Loaded:
 def load(recipe: Recipe, host: str) -> Loaded:
     """Open the index, load the model (and judge) and build the strategies, as ``nlqo bench`` does."""
     from nlqo.builder import load_model
-    from nlqo.cli.bench import build_strategies
+    from nlqo.strategies import build_strategies
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.workspace import index_digest
     from nlqo.index.search import Index

@@ -7,27 +7,15 @@ For yes/no questions the prediction is first reduced to its first "yes" or "no".
 from __future__ import annotations
 
 import math
-import re
-import string
 from collections import Counter
 from typing import Iterable, Sequence
 
 import attrs
 import numpy as np
 
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCTUATION = str.maketrans("", "", string.punctuation)
+from nlqo.answers import normalize_answer
+
 _BINARY = ("yes", "no", "noanswer")
-
-
-def normalize_answer(text: str) -> str:
-    """SQuAD normalisation: lower case, no punctuation, no articles, single spaces.
-
-    >>> normalize_answer("  The Rush, band!")
-    'rush band'
-    """
-    text = text.lower().translate(_PUNCTUATION)
-    return " ".join(_ARTICLES.sub(" ", text).split())
 
 
 def exact_match(prediction: str, golds: Sequence[str]) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -91,10 +92,53 @@ class Engine:
         profile: BackendProfile | None = None,
         progress: bool = False,
     ) -> "Engine":
-        """The engine ``config`` describes (:func:`nlqo.builder.build_engine`); parts passed in are used instead of loading them."""
-        from nlqo.builder import build_engine
+        """The engine ``config`` describes, its parts loaded by :mod:`nlqo.builder`; parts passed in
+        are used instead of loading them; ``progress`` says each load on standard error."""
+        from nlqo import builder
+        from nlqo.execute.lower import measure_profile
+        from nlqo.llm.backends import runtime_of
+        from nlqo.llm.base import capabilities
+        from nlqo.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
 
-        return build_engine(config, llm=llm, retriever=retriever, embedder=embedder, profile=profile, progress=progress)
+        def say(message: str) -> None:
+            if progress:
+                print(f"nlqo: {message}", file=sys.stderr, flush=True)
+
+        builder.set_threads(config.threads)
+        if retriever is None:
+            say(f"opening index {config.index} ...")
+            retriever, embedder = builder.open_retrieval(config, embedder=embedder)
+        if embedder is None:
+            embedder = builder.load_embedder(config.embedder or builder.DEFAULT_EMBEDDER)
+        if llm is None:
+            say(f"loading {config.model} ...")
+            llm = builder.load_model(config)
+        optimizer = builder.build_optimizer(config, llm=llm, embedder=embedder)
+        identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
+        chooses = config.strategy == "auto" and config.policy != "structural"
+        statistics = builder.load_statistics(config, identity) if chooses else None
+        if profile is None:
+            caps = capabilities(llm)
+            profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
+            measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
+            if measure:
+                say("measuring the backend's per-token costs for the cost-based lowering ...")
+                profile = measure_profile(llm, profile)
+        return cls(
+            llm=llm,
+            retriever=retriever,
+            embedder=embedder,
+            optimizer=optimizer,
+            linear=LinearExecutor(
+                llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse,
+                template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
+            ),
+            tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
+            profile=profile,
+            config=config,
+            statistics=statistics,
+            identity=identity,
+        )
 
     @property
     def k(self) -> int:

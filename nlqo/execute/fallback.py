@@ -12,7 +12,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.answers import short_answer
-from nlqo.eval.leaks import demo_leak, passage_texts
+from nlqo.execute.leaks import demo_leak, passage_texts
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import Constraint, constrained_chat, trie_choice

@@ -2,7 +2,7 @@
 
 Each builder takes ``(llm, retriever, *, embedder, k, config=None, **options)`` and returns an
 object with ``name`` and ``run(question, trace=None) -> RunResult``. The engine is built by
-:func:`nlqo.builder.build_engine` from ``config`` (default :class:`~nlqo.config.EngineConfig`)
+:meth:`nlqo.Engine.from_config` from ``config`` (default :class:`~nlqo.config.EngineConfig`)
 changed by the options, which are config fields (``tau``, ``max_hops``, ``kv_reuse``,
 ``parallel``, ``workers``, ``relation_cache``, ``ir_cleanup``, ``plan_hints``,
 ``guard_rewrites``, ``constrained``, ``cost_model``, ...) or ``alpha`` (the cost model's similarity scale).

@@ -11,7 +11,7 @@ from typing import Iterable
 
 import attrs
 
-from nlqo import __version__
+from nlqo._version import __version__
 from nlqo.errors import CorpusError, IndexFileError, RepairWarning
 from nlqo.index import atomic, bm25, dense, store
 from nlqo.index.chunking import Chunking

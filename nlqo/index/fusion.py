@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
+HYBRID_DEPTH = 100
+"""Hits of each retriever that hybrid search fuses."""
 RRF_K = 60
 
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import attrs
 
-from nlqo.index.search import HYBRID_DEPTH, Index
+from typing import TYPE_CHECKING
+
+from nlqo.index.fusion import HYBRID_DEPTH
 from nlqo.passages import Hit, Retriever
+
+if TYPE_CHECKING:
+    from nlqo.index.search import Index
 
 
 @attrs.define(eq=False)

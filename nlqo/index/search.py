@@ -10,13 +10,12 @@ import attrs
 from nlqo.errors import IndexFileError
 from nlqo.index import atomic, dense
 from nlqo.index.bm25 import DIRNAME as BM25_DIR, Bm25
-from nlqo.index.fusion import RRF_K, reciprocal_rank_fusion
+from nlqo.index.fusion import HYBRID_DEPTH, RRF_K, reciprocal_rank_fusion
 from nlqo.index.manifest import FILENAME as MANIFEST, Manifest, rebuild_hint
 from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
 from nlqo.passages import Embedder, Hit, Passage, Retriever
 from nlqo.paths import FOLDER, NOTHING, found
 
-HYBRID_DEPTH = 100
 """How many candidates each side contributes to a hybrid search by default."""
 
 

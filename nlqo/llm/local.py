@@ -86,7 +86,7 @@ def quantized(model: Any, quantize: str) -> Any:
     if quantize == "none":
         return model
     if quantize != "int8":
-        from nlqo.models import QUANTIZATIONS
+        from nlqo.kinds import QUANTIZATIONS
 
         raise ValueError(f"unknown quantization {quantize!r}; choose one of {', '.join(QUANTIZATIONS)}")
     import warnings

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
-from nlqo import __version__
+from nlqo._version import __version__
 from nlqo.errors import LLMError
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.constrain import SERVER, ConstrainedCompletion, Constraint

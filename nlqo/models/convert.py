@@ -26,23 +26,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 from nlqo.errors import ModelNotAvailable, RepairWarning
 from nlqo.models.lock import building
+from nlqo.paths import cache_root
 from nlqo.models.parts import stream_sha256
 
 MARKER = "nlqo-model.json"
 """Written last into a converted directory: what it was made from."""
-
-
-def cache_root(env: Mapping[str, str] | None = None) -> Path:
-    """nlqo's cache directory: ``$NLQO_CACHE``, else ``~/.cache/nlqo``.
-
-    >>> cache_root({"NLQO_CACHE": "/data/nlqo"})
-    PosixPath('/data/nlqo')
-    >>> cache_root({}).parts[-2:]
-    ('.cache', 'nlqo')
-    """
-    env = os.environ if env is None else env
-    value = env.get("NLQO_CACHE")
-    return Path(value).expanduser() if value else Path.home() / ".cache" / "nlqo"
 
 
 def models_dir(root: Path | None = None) -> Path:

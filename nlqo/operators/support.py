@@ -22,7 +22,7 @@ from typing import Sequence
 
 import attrs
 
-from nlqo.eval.metrics import normalize_answer
+from nlqo.answers import normalize_answer
 from nlqo.kinds import QuestionClass
 from nlqo.statistics.features import question_class, options_of
 

@@ -6,9 +6,9 @@ variable part. Logic never builds prompt text itself; it calls ``prompt.messages
 
 from __future__ import annotations
 
-import attrs
+from nlqo.prompts.base import Prompt
 
-from nlqo.llm.base import ChatMessage
+__all__ = ["Prompt", "demonstration_answers"]
 
 
 def demonstration_answers() -> frozenset[str]:
@@ -20,23 +20,3 @@ def demonstration_answers() -> frozenset[str]:
     from nlqo.prompts import baselines, execution
 
     return frozenset(execution.DEMO_ANSWERS) | frozenset(baselines.DEMO_ANSWERS)
-
-
-@attrs.frozen
-class Prompt:
-    """A chat prompt: system instruction, few-shot (user, assistant) pairs, and a user template."""
-
-    name: str
-    instruction: str
-    template: str
-    """``str.format`` template for the final user message."""
-    examples: tuple[tuple[str, str], ...] = ()
-    stop: tuple[str, ...] = ()
-    max_tokens: int = 256
-
-    def messages(self, **inputs: str) -> list[ChatMessage]:
-        out = [ChatMessage("system", self.instruction)]
-        for user, assistant in self.examples:
-            out += [ChatMessage("user", user), ChatMessage("assistant", assistant)]
-        out.append(ChatMessage("user", self.template.format(**inputs)))
-        return out

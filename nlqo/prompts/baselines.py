@@ -17,7 +17,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.passages import Hit
-from nlqo.prompts import Prompt
+from nlqo.prompts.base import Prompt
 
 
 @attrs.frozen

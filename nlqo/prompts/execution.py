@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from nlqo.prompts import Prompt
+from nlqo.prompts.base import Prompt
 
 
 @attrs.frozen

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nlqo.prompts import Prompt
+from nlqo.prompts.base import Prompt
 
 _IR_RULES = """Rewrite the question as atomic queries in the nlqo IR, one statement a line:
   qN = (subject, "predicate", object)   # each term is a ?variable or a "quoted string"

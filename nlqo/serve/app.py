@@ -10,6 +10,7 @@ FastAPI because its request models give every malformed request a 4xx answer tha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import hmac
 import json
@@ -175,10 +176,11 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
         events: asyncio.Queue = asyncio.Queue()
 
         def emit(name: str, data: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, (name, data))
+            with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped under a run
+                loop.call_soon_threadsafe(events.put_nowait, (name, data))
 
         future = service.submit("ask", lambda: service.ask(question, strategy=chosen, explain=explain, ticket=ticket, emit=emit))
-        future.add_done_callback(lambda f: loop.call_soon_threadsafe(events.put_nowait, ("done", {})))
+        future.add_done_callback(lambda f: emit("done", {}))
 
         async def frames():
             try:
@@ -193,7 +195,7 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
                         yield sse("result", future.result())
                     else:
                         answer = failure(exc)
-                        yield sse("error", {"status": answer.status_code, **json.loads(answer.body)["error"]})
+                        yield sse("error", {"status": answer.status_code, **json.loads(bytes(answer.body))["error"]})
                     return
             finally:
                 ticket.cancel.set()  # a client that left mid-stream stops the run at its next step

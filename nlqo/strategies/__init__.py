@@ -156,3 +156,14 @@ def _planned(name: str):
     if builder is None:
         raise ConfigError(f"strategy {name!r} is not available yet: nlqo.execute.strategies does not define {name}()")
     return builder
+
+
+def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> dict:
+    """Strategy name -> strategy over ``index`` (planned ones start from ``config``). Each gets a
+    fork of ``llm`` with its own prefix cache when the backend declares forks, so no strategy's
+    timing depends on which one ran before it."""
+    from nlqo.llm.base import forked
+
+    retriever = index.retriever(retrieval)
+    return {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=k, config=config) for spec in specs}
+
