@@ -51,9 +51,10 @@ demo: install $(VENV)/.model-$(MODEL) $(DEMO_INDEX)/manifest.json
 test: install-test lint
 	$(PY) -m pytest -q
 
-# Static checks, part of `make test`: ruff's bug-finding rules and mypy over nlqo/ (pyproject.toml).
+# Static checks, part of `make test`: ruff's bug-finding rules, ruff format (120 columns) and mypy over nlqo/ (pyproject.toml).
 lint: install-test
 	$(PY) -m ruff check nlqo tests benchmarks scripts
+	$(PY) -m ruff format --check nlqo tests benchmarks scripts
 	$(PY) -m mypy
 
 clean-venv:

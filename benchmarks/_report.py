@@ -19,7 +19,9 @@ def append_record(path: Path, record: dict) -> None:
         os.fsync(f.fileno())
 
 
-def paired_by_set(records: Iterable[dict], sets: Sequence[str], modes: Iterable[str], row: Callable[[list[dict]], dict]) -> dict:
+def paired_by_set(
+    records: Iterable[dict], sets: Sequence[str], modes: Iterable[str], row: Callable[[list[dict]], dict]
+) -> dict:
     """``{set or "all": {mode: row(records)}}`` over the questions done in every mode."""
     modes = list(modes)
     by = {(r["set"], r["qid"], r["mode"]): r for r in records}

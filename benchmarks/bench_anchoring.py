@@ -43,7 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 OUT = ROOT / "benchmarks" / "results" / "parse-anchoring"
 SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
-MODES = {"unanchored": (False, 0, False), "first-atom": (True, 0, False), "first-atom+repair": (True, 1, False), "first-atom+spans": (True, 0, True)}
+MODES = {
+    "unanchored": (False, 0, False),
+    "first-atom": (True, 0, False),
+    "first-atom+repair": (True, 1, False),
+    "first-atom+spans": (True, 0, True),
+}
 """Mode -> (anchored, anchor_repairs, spans)."""
 
 
@@ -92,7 +97,11 @@ def run(args, llm) -> None:
                     continue
                 record = {"set": name, "index": i, **parse_one(handles[mode], question, mode)}
                 append_record(path, record)
-                print(f"[{name} {i + 1}/{len(questions)}] {mode:10} loose={record['loose']} calls={record['llm_calls']} {record['seconds']:5.1f} s", file=sys.stderr, flush=True)
+                print(
+                    f"[{name} {i + 1}/{len(questions)}] {mode:10} loose={record['loose']} calls={record['llm_calls']} {record['seconds']:5.1f} s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
 
 def invented(record: dict) -> tuple[int, int]:

@@ -54,7 +54,20 @@ def passage_vectors(index: Path | None) -> tuple[np.ndarray, str]:
             import subprocess
 
             WORK.mkdir(parents=True, exist_ok=True)
-            subprocess.run([sys.executable, "-m", "nlqo", "index", str(DATA / "hotpotqa_dev_199_corpus.jsonl.gz"), "--out", str(index), "--quiet"], check=True, cwd=ROOT)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "nlqo",
+                    "index",
+                    str(DATA / "hotpotqa_dev_199_corpus.jsonl.gz"),
+                    "--out",
+                    str(index),
+                    "--quiet",
+                ],
+                check=True,
+                cwd=ROOT,
+            )
     manifest = json.loads((index / "manifest.json").read_text())
     if manifest["kind"] != "flat":
         raise SystemExit(f"{index} is a {manifest['kind']} index; pass a flat one (its vectors are stored exactly)")
@@ -107,7 +120,17 @@ def measure(vectors: np.ndarray, queries: np.ndarray) -> dict:
         built[kind] = (*built[kind], time.perf_counter() - started)
     flat, _, flat_build = built["flat"]
     _, exact = flat.search(queries, K)
-    rows.append({"kind": "flat", "setting": "exact", "default": True, "recall_at_10": 1.0, "query_ms": round(per_query_ms(flat, queries), 3), "build_s": round(flat_build, 2), "size_mb": size_mb(flat)})
+    rows.append(
+        {
+            "kind": "flat",
+            "setting": "exact",
+            "default": True,
+            "recall_at_10": 1.0,
+            "query_ms": round(per_query_ms(flat, queries), 3),
+            "build_s": round(flat_build, 2),
+            "size_mb": size_mb(flat),
+        }
+    )
     hnsw, params, build = built["hnsw"]
     for ef in EF_SEARCH:
         hnsw.hnsw.efSearch = ef
@@ -139,13 +162,19 @@ def render(results: dict) -> str:
     for part in results["sets"]:
         for r in part["rows"]:
             mark = " (nlqo default)" if r["default"] and r["kind"] != "flat" else ""
-            lines.append(f"| {part['vectors']}{' (synthetic)' if part.get('synthetic') else ''} | {r['kind']} | {r['setting']}{mark} | {r['recall_at_10']:.3f} | {r['query_ms']:.2f} | {r['build_s']} | {r['size_mb']} |")
+            lines.append(
+                f"| {part['vectors']}{' (synthetic)' if part.get('synthetic') else ''} | {r['kind']} | {r['setting']}{mark} | {r['recall_at_10']:.3f} | {r['query_ms']:.2f} | {r['build_s']} | {r['size_mb']} |"
+            )
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--index", type=Path, help="a flat nlqo index whose vectors to use (default: the HotpotQA corpus, embedded once)")
+    parser.add_argument(
+        "--index",
+        type=Path,
+        help="a flat nlqo index whose vectors to use (default: the HotpotQA corpus, embedded once)",
+    )
     parser.add_argument("--sizes", default="0,50000", help="vector counts; 0 = the real vectors (default: %(default)s)")
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()

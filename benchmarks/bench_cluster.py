@@ -96,7 +96,11 @@ def timed(command: list[str], *, wait_for: Path | None = None) -> dict:
     out, err = process.communicate()
     if process.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{err[-3000:]}")
-    return {"wall_s": round(time.perf_counter() - started, 2), "startup_s": None if appeared is None else round(appeared, 2), "stdout": out}
+    return {
+        "wall_s": round(time.perf_counter() - started, 2),
+        "startup_s": None if appeared is None else round(appeared, 2),
+        "stdout": out,
+    }
 
 
 def run_bench(args, results: dict) -> None:
@@ -105,7 +109,13 @@ def run_bench(args, results: dict) -> None:
     if not (index / "manifest.json").is_file():
         timed(nlqo_command("index", str(corpus), "--out", str(index), "--quiet"))
     part = results.setdefault("bench", {})
-    setup = {"questions": "hotpotqa_dev_199", "limit": args.limit, "passages": args.passages, "strategies": args.strategies, "model": args.model}
+    setup = {
+        "questions": "hotpotqa_dev_199",
+        "limit": args.limit,
+        "passages": args.passages,
+        "strategies": args.strategies,
+        "model": args.model,
+    }
     if part.get("setup") != setup:
         part.clear()
         part["setup"] = setup
@@ -220,7 +230,9 @@ def render(results: dict) -> str:
             )
         lines.append("")
     m = results.get("machine", {})
-    lines.append(f"Machine: {m.get('machine')}, {m.get('cpus')} cores, Python {m.get('python')}; every command under `nice -n 19`, the load averages around each run show what else ran.")
+    lines.append(
+        f"Machine: {m.get('machine')}, {m.get('cpus')} cores, Python {m.get('python')}; every command under `nice -n 19`, the load averages around each run show what else ran."
+    )
     return "\n".join(lines)
 
 

@@ -53,7 +53,12 @@ def main() -> None:
         started = time.perf_counter()
         llm = load_transformers(name)
         load_s = time.perf_counter() - started
-        engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
+        engine = Engine.from_config(
+            EngineConfig(measure_costs=False, relation_cache=False),
+            llm=llm,
+            retriever=index.retriever("hybrid"),
+            embedder=index.embedder,
+        )
         for q in questions:
             t0 = time.perf_counter()
             r = engine.ask(q.question, strategy="linear")
@@ -65,12 +70,36 @@ def main() -> None:
             except ParseFailure:
                 ir_ok, atoms = False, 0
             parse_s = time.perf_counter() - t0
-            rows.append({"model": name, "question": q.id, "answer": r.answer, "gold": list(q.answers), "em": exact_match(r.answer, q.answers), "linear_s": linear_s, "hops": r.hops, "generated": r.stats()["generated_tokens"], "ir_valid": ir_ok, "atoms": atoms, "parse_s": parse_s, "load_s": load_s})
-            print(f"{name} {q.id}: {r.answer!r} (gold {q.answers[0]!r}) {linear_s:.1f}s hops={r.hops}; IR {'ok' if ir_ok else 'failed'} {parse_s:.1f}s", flush=True)
+            rows.append(
+                {
+                    "model": name,
+                    "question": q.id,
+                    "answer": r.answer,
+                    "gold": list(q.answers),
+                    "em": exact_match(r.answer, q.answers),
+                    "linear_s": linear_s,
+                    "hops": r.hops,
+                    "generated": r.stats()["generated_tokens"],
+                    "ir_valid": ir_ok,
+                    "atoms": atoms,
+                    "parse_s": parse_s,
+                    "load_s": load_s,
+                }
+            )
+            print(
+                f"{name} {q.id}: {r.answer!r} (gold {q.answers[0]!r}) {linear_s:.1f}s hops={r.hops}; IR {'ok' if ir_ok else 'failed'} {parse_s:.1f}s",
+                flush=True,
+            )
         del engine, llm
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores", "load": os.getloadavg()[0]}
+    meta = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "load": os.getloadavg()[0],
+    }
     (REPO / "benchmarks" / "results").mkdir(exist_ok=True)
-    (REPO / "benchmarks" / "results" / "default_model.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    (REPO / "benchmarks" / "results" / "default_model.json").write_text(
+        json.dumps({"meta": meta, "rows": rows}, indent=2)
+    )
     lines = [
         f"Measured {meta['date']} on {meta['machine']} (load average {meta['load']:.1f} at the end), {len(questions)} demo questions over "
         "examples/demo_corpus.jsonl, linear template, k=3 hybrid (`python benchmarks/bench_default_model.py`).",

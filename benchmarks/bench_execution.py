@@ -66,12 +66,32 @@ def part_kv(engine, questions, log) -> list[dict]:
     rows = []
     cold = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, kv_reuse=False)
     for i, q in enumerate(questions, 1):
-        for label, executor in (("kv_on", engine.linear), ("kv_off", cold)) if i % 2 else (("kv_off", cold), ("kv_on", engine.linear)):
+        for label, executor in (
+            (("kv_on", engine.linear), ("kv_off", cold)) if i % 2 else (("kv_off", cold), ("kv_on", engine.linear))
+        ):
             started = time.perf_counter()
             r = executor.run(q.question)
             s = r.stats()
-            rows.append(keep({"part": "kv", "question": q.id, "variant": label, "seconds": time.perf_counter() - started, "em": em(r.answer, q.answers), "answer": r.answer, **{k: s[k] for k in ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")}, "stop_reason": r.stop_reason}))
-            log(f"kv {i}/{len(questions)} {label}: {rows[-1]['seconds']:.1f}s hops={s['hops']} cached={s['cached_prompt_tokens']}/{s['prompt_tokens']} answer={r.answer!r} gold={q.answers[0]!r}")
+            rows.append(
+                keep(
+                    {
+                        "part": "kv",
+                        "question": q.id,
+                        "variant": label,
+                        "seconds": time.perf_counter() - started,
+                        "em": em(r.answer, q.answers),
+                        "answer": r.answer,
+                        **{
+                            k: s[k]
+                            for k in ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")
+                        },
+                        "stop_reason": r.stop_reason,
+                    }
+                )
+            )
+            log(
+                f"kv {i}/{len(questions)} {label}: {rows[-1]['seconds']:.1f}s hops={s['hops']} cached={s['cached_prompt_tokens']}/{s['prompt_tokens']} answer={r.answer!r} gold={q.answers[0]!r}"
+            )
     return rows
 
 
@@ -93,11 +113,33 @@ def part_tree(engine, questions, log, server_llm=None) -> list[dict]:
             for label, parallel in order if i % 2 else order[::-1]:
                 if hasattr(llm, "clear_prefix_cache"):
                     llm.clear_prefix_cache()  # else the second run finds the first run's prompts cached
-                executor = TreeExecutor(llm, engine.linear.retriever, k=engine.k, parallel=parallel, workers=max(2, width) if parallel else None)
+                executor = TreeExecutor(
+                    llm,
+                    engine.linear.retriever,
+                    k=engine.k,
+                    parallel=parallel,
+                    workers=max(2, width) if parallel else None,
+                )
                 started = time.perf_counter()
                 r = executor.run(plan)
-                rows.append(keep({"part": "tree", "question": q.id, "backend": backend, "variant": label, "seconds": time.perf_counter() - started, "nodes": len(plan.tree.nodes), "widest_wave": width, "em": em(r.answer, q.answers), "first": label == (order if i % 2 else order[::-1])[0][0]}))
-                log(f"tree {i} {backend} {label}: {rows[-1]['seconds']:.1f}s nodes={len(plan.tree.nodes)} widest={width}")
+                rows.append(
+                    keep(
+                        {
+                            "part": "tree",
+                            "question": q.id,
+                            "backend": backend,
+                            "variant": label,
+                            "seconds": time.perf_counter() - started,
+                            "nodes": len(plan.tree.nodes),
+                            "widest_wave": width,
+                            "em": em(r.answer, q.answers),
+                            "first": label == (order if i % 2 else order[::-1])[0][0],
+                        }
+                    )
+                )
+                log(
+                    f"tree {i} {backend} {label}: {rows[-1]['seconds']:.1f}s nodes={len(plan.tree.nodes)} widest={width}"
+                )
     return rows
 
 
@@ -111,11 +153,26 @@ def part_tau(engine, questions, log, taus=(0.8, 0.85, 0.9)) -> list[dict]:
     executor = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=engine.k, tau=top)
     for i, q in enumerate(questions, 1):
         r = executor.run(q.question)
-        scores = [s.terminator_score for s in r.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None]
+        scores = [
+            s.terminator_score for s in r.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None
+        ]
         for tau in taus:
             measured = tau == top
-            rows.append(keep({"part": "tau", "question": q.id, "tau": tau, "hops": r.hops if measured else hops_at(scores, tau, r.hops), "measured": measured, "stop_reason": r.stop_reason if measured else None, "em": em(r.answer, q.answers) if measured else None, "scores": scores}))
-        hops = ", ".join(f"{row['tau']}={row['hops']}" for row in rows[-len(taus):])
+            rows.append(
+                keep(
+                    {
+                        "part": "tau",
+                        "question": q.id,
+                        "tau": tau,
+                        "hops": r.hops if measured else hops_at(scores, tau, r.hops),
+                        "measured": measured,
+                        "stop_reason": r.stop_reason if measured else None,
+                        "em": em(r.answer, q.answers) if measured else None,
+                        "scores": scores,
+                    }
+                )
+            )
+        hops = ", ".join(f"{row['tau']}={row['hops']}" for row in rows[-len(taus) :])
         log(f"tau {i}: hops at {hops}; scores {[round(x, 2) for x in scores]}")
     return rows
 
@@ -138,8 +195,27 @@ def start_server(model_name: str):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096", "--n_threads", str(os.cpu_count() or 1), "--n_threads_batch", str(os.cpu_count() or 1), "--model_alias", model_name],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(gguf),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            str(os.cpu_count() or 1),
+            "--n_threads_batch",
+            str(os.cpu_count() or 1),
+            "--model_alias",
+            model_name,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}/v1"
     for _ in range(240):
@@ -163,7 +239,8 @@ def summarise(kv, tree, tau) -> dict:
                 "prompt_mean": statistics.mean(r["prompt_tokens"] for r in rows),
                 "cached_mean": statistics.mean(r["cached_prompt_tokens"] for r in rows),
                 "computed_mean": statistics.mean(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in rows),
-                "cached_share": sum(r["cached_prompt_tokens"] for r in rows) / max(1, sum(r["prompt_tokens"] for r in rows)),
+                "cached_share": sum(r["cached_prompt_tokens"] for r in rows)
+                / max(1, sum(r["prompt_tokens"] for r in rows)),
                 "hops_mean": statistics.mean(r["hops"] for r in rows),
                 "em": statistics.mean(r["em"] for r in rows),
             }
@@ -178,8 +255,13 @@ def summarise(kv, tree, tau) -> dict:
             "same_answer": sum(p["kv_on"]["answer"] == p["kv_off"]["answer"] for p in pairs),
             "same_hops": len(same),
             "faster_with_reuse": sum(p["kv_on"]["seconds"] < p["kv_off"]["seconds"] for p in pairs),
-            "same_hops_speedup": sum(p["kv_off"]["seconds"] for p in same) / sum(p["kv_on"]["seconds"] for p in same) if same else None,
-            "seconds_per_hop": {v: sum(p[v]["seconds"] for p in pairs) / max(1, sum(max(1, p[v]["hops"]) for p in pairs)) for v in ("kv_on", "kv_off")},
+            "same_hops_speedup": sum(p["kv_off"]["seconds"] for p in same) / sum(p["kv_on"]["seconds"] for p in same)
+            if same
+            else None,
+            "seconds_per_hop": {
+                v: sum(p[v]["seconds"] for p in pairs) / max(1, sum(max(1, p[v]["hops"]) for p in pairs))
+                for v in ("kv_on", "kv_off")
+            },
         }
     if tree:
         for backend in sorted({r["backend"] for r in tree}):
@@ -205,7 +287,13 @@ def summarise(kv, tree, tau) -> dict:
         for t in sorted({r["tau"] for r in tau}):
             rows = [r for r in tau if r["tau"] == t]
             ems = [r["em"] for r in rows if r.get("em") is not None]
-            out["tau"][str(t)] = {"n": len(rows), "hops": dict(sorted(Counter(r["hops"] for r in rows).items())), "em": statistics.mean(ems) if ems else None, "mean_hops": statistics.mean(r["hops"] for r in rows), "measured": all(r.get("measured", True) for r in rows)}
+            out["tau"][str(t)] = {
+                "n": len(rows),
+                "hops": dict(sorted(Counter(r["hops"] for r in rows).items())),
+                "em": statistics.mean(ems) if ems else None,
+                "mean_hops": statistics.mean(r["hops"] for r in rows),
+                "measured": all(r.get("measured", True) for r in rows),
+            }
         kv_on = {r["question"]: r["hops"] for r in kv if r["variant"] == "kv_on"}
         derived = [r for r in tau if not r.get("measured", True) and r["tau"] == 0.85 and r["question"] in kv_on]
         if derived:
@@ -227,7 +315,9 @@ def plot(kv, path: Path) -> None:
     axes[0].set_ylabel("questions")
     axes[0].legend()
     labels = ["kv_on", "kv_off"]
-    computed = [statistics.mean(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in kv if r["variant"] == v) for v in labels]
+    computed = [
+        statistics.mean(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in kv if r["variant"] == v) for v in labels
+    ]
     cached = [statistics.mean(r["cached_prompt_tokens"] for r in kv if r["variant"] == v) for v in labels]
     axes[1].bar(labels, computed, label="prompt tokens computed")
     axes[1].bar(labels, cached, bottom=computed, label="prompt tokens from cache")
@@ -240,34 +330,67 @@ def plot(kv, path: Path) -> None:
 
 def tables(summary: dict, meta: dict) -> str:
     commit = f" at commit {meta['nlqo_commit']}" if meta.get("nlqo_commit") else ""
-    lines = [f"Measured {meta['date']}{commit} on {meta['machine']}, model `{meta['model']}`, {meta['dataset']} with its corpus, k={meta['k']}, hybrid retrieval (`python benchmarks/bench_execution.py`)."]
+    lines = [
+        f"Measured {meta['date']}{commit} on {meta['machine']}, model `{meta['model']}`, {meta['dataset']} with its corpus, k={meta['k']}, hybrid retrieval (`python benchmarks/bench_execution.py`)."
+    ]
     if "kv_on" in summary:
-        lines += ["", "**Linear template, KV reuse on vs off** (same questions, interleaved):", "",
-                  "| variant | n | s / question | generated tokens | prompt tokens | computed | from cache | share from cache | hops | EM |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "**Linear template, KV reuse on vs off** (same questions, interleaved):",
+            "",
+            "| variant | n | s / question | generated tokens | prompt tokens | computed | from cache | share from cache | hops | EM |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for v in ("kv_on", "kv_off"):
             s = summary[v]
-            lines.append(f"| {v} | {s['n']} | {s['seconds_mean']:.1f} | {s['generated_mean']:.0f} | {s['prompt_mean']:.0f} | {s['computed_mean']:.0f} | {s['cached_mean']:.0f} | {s['cached_share']:.0%} | {s['hops_mean']:.2f} | {s['em']:.2f} |")
-        lines += ["", f"KV reuse: {summary['kv_on']['cached_share']:.0%} of prompt tokens served from cache (target at least 60%); time per question {summary['kv_speedup']:.2f}x faster with reuse."]
+            lines.append(
+                f"| {v} | {s['n']} | {s['seconds_mean']:.1f} | {s['generated_mean']:.0f} | {s['prompt_mean']:.0f} | {s['computed_mean']:.0f} | {s['cached_mean']:.0f} | {s['cached_share']:.0%} | {s['hops_mean']:.2f} | {s['em']:.2f} |"
+            )
+        lines += [
+            "",
+            f"KV reuse: {summary['kv_on']['cached_share']:.0%} of prompt tokens served from cache (target at least 60%); time per question {summary['kv_speedup']:.2f}x faster with reuse.",
+        ]
         if "kv_pairs" in summary:
             p = summary["kv_pairs"]
             sh = f"{p['same_hops_speedup']:.2f}x" if p["same_hops_speedup"] else "n/a"
-            lines += ["", f"Per question: faster with reuse on {p['faster_with_reuse']} of {p['n']}; same answer on {p['same_answer']} of {p['n']}; same hop count on {p['same_hops']} of {p['n']} (on those, {sh} faster with reuse); seconds per hop {p['seconds_per_hop']['kv_on']:.1f} with reuse vs {p['seconds_per_hop']['kv_off']:.1f} without."]
+            lines += [
+                "",
+                f"Per question: faster with reuse on {p['faster_with_reuse']} of {p['n']}; same answer on {p['same_answer']} of {p['n']}; same hop count on {p['same_hops']} of {p['n']} (on those, {sh} faster with reuse); seconds per hop {p['seconds_per_hop']['kv_on']:.1f} with reuse vs {p['seconds_per_hop']['kv_off']:.1f} without.",
+            ]
         lines += ["", "![KV reuse](../benchmarks/results/execution_kv.png)"]
     trees = [k for k in summary if k.startswith("tree_")]
     if trees:
-        lines += ["", "**Parallel tree vs one node at a time** (same trees, each timed in both orders: a second run of a tree can find its prompts in the backend's cache; trees timed in one order only are left out):", "", "| backend | trees | timed pairs | parallel s | one-at-a-time s | speedup |", "|---|---:|---:|---:|---:|---:|"]
+        lines += [
+            "",
+            "**Parallel tree vs one node at a time** (same trees, each timed in both orders: a second run of a tree can find its prompts in the backend's cache; trees timed in one order only are left out):",
+            "",
+            "| backend | trees | timed pairs | parallel s | one-at-a-time s | speedup |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
         for k in trees:
             s = summary[k]
-            lines.append(f"| {k[5:]} | {s.get('trees', s['n'])} | {s['n']} | {s['parallel_mean']:.1f} | {s['sequential_mean']:.1f} | {s['speedup']:.2f}x |")
+            lines.append(
+                f"| {k[5:]} | {s.get('trees', s['n'])} | {s['n']} | {s['parallel_mean']:.1f} | {s['sequential_mean']:.1f} | {s['speedup']:.2f}x |"
+            )
     if "tau" in summary:
-        lines += ["", "**Terminator: hops per question by tau** (hop count: questions; one run at the highest tau, lower taus read off its terminator scores, see `nlqo.execute.terminator.hops_at`):", "", "| tau | n | mean hops | hop counts | EM |", "|---:|---:|---:|---|---:|"]
+        lines += [
+            "",
+            "**Terminator: hops per question by tau** (hop count: questions; one run at the highest tau, lower taus read off its terminator scores, see `nlqo.execute.terminator.hops_at`):",
+            "",
+            "| tau | n | mean hops | hop counts | EM |",
+            "|---:|---:|---:|---|---:|",
+        ]
         for t, s in summary["tau"].items():
             em_text = f"{s['em']:.2f}" if s["em"] is not None else "not run"
-            lines.append(f"| {t} | {s['n']} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {em_text} |")
+            lines.append(
+                f"| {t} | {s['n']} | {s['mean_hops']:.2f} | {', '.join(f'{h}: {c}' for h, c in s['hops'].items())} | {em_text} |"
+            )
         if "tau_check" in summary:
             c = summary["tau_check"]
-            lines += ["", f"Check of the read-off: at tau 0.85 it gives the hop count the KV-reuse runs (made at 0.85) measured on {c['agree']} of {c['n']} questions."]
+            lines += [
+                "",
+                f"Check of the read-off: at tau 0.85 it gives the hop count the KV-reuse runs (made at 0.85) measured on {c['agree']} of {c['n']} questions.",
+            ]
     return "\n".join(lines)
 
 
@@ -297,9 +420,18 @@ def main() -> None:
     parser.add_argument("--tau-limit", type=int, default=10)
     parser.add_argument("--parts", nargs="+", default=["kv", "tree", "tau"], choices=["kv", "tree", "tau"])
     parser.add_argument("--no-server", action="store_true")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="local model's linear layers (int8: about 2-4x faster on CPU)")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        default="none",
+        help="local model's linear layers (int8: about 2-4x faster on CPU)",
+    )
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's own)")
-    parser.add_argument("--from-rows", action="store_true", help="measure nothing: rebuild execution.json and the docs from results/execution_rows.jsonl")
+    parser.add_argument(
+        "--from-rows",
+        action="store_true",
+        help="measure nothing: rebuild execution.json and the docs from results/execution_rows.jsonl",
+    )
     args = parser.parse_args()
 
     from nlqo.eval.datasets import QuestionSet
@@ -315,8 +447,14 @@ def main() -> None:
 
         torch.set_num_threads(args.threads)
     if args.from_rows:
-        rows = [json.loads(line) for line in (RESULTS / "execution_rows.jsonl").read_text().splitlines() if line.strip()]
-        previous = json.loads((RESULTS / "execution.json").read_text()).get("meta") if (RESULTS / "execution.json").exists() else None
+        rows = [
+            json.loads(line) for line in (RESULTS / "execution_rows.jsonl").read_text().splitlines() if line.strip()
+        ]
+        previous = (
+            json.loads((RESULTS / "execution.json").read_text()).get("meta")
+            if (RESULTS / "execution.json").exists()
+            else None
+        )
         previous = previous or run_meta(args, k=3)
         by_part = {k: [r for r in rows if r["part"] == k] for k in ("kv", "tree", "tau")}
         summary = summarise(by_part["kv"], by_part["tree"], by_part["tau"])
@@ -327,7 +465,12 @@ def main() -> None:
         return
     index = build_or_open_index(args.corpus, args.index)
     llm = load_transformers(args.model, quantize=args.quantize)
-    engine = Engine.from_config(EngineConfig(measure_costs=False, relation_cache=False), llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
+    engine = Engine.from_config(
+        EngineConfig(measure_costs=False, relation_cache=False),
+        llm=llm,
+        retriever=index.retriever("hybrid"),
+        embedder=index.embedder,
+    )
     questions = QuestionSet.load(args.questions, limit=max(args.limit, args.tree_limit, args.tau_limit)).questions
     meta = run_meta(args, engine.k)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -358,6 +501,7 @@ def main() -> None:
     if "tau" in args.parts:
         parts["tau"] = part_tau(engine, questions[: args.tau_limit], log)
         save()
+
 
 if __name__ == "__main__":
     main()

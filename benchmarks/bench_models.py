@@ -88,7 +88,7 @@ def question_suffix(llm, question: str) -> str:
     with_q = llm.format_chat([ChatMessage("system", "S"), ChatMessage("user", question)])
     without = llm.format_chat([ChatMessage("system", "S")], add_generation_prompt=False)
     assert with_q.startswith(without)
-    return with_q[len(without):]
+    return with_q[len(without) :]
 
 
 def bench_model(name: str, *, cache_dir: Path | None, decode_tokens: int, repeat: int) -> dict:
@@ -159,7 +159,7 @@ def bench_model(name: str, *, cache_dir: Path | None, decode_tokens: int, repeat
         question_tokens=round(statistics.mean(suffix_tokens), 1),
         ttft_cold_ms=round(statistics.median(cold), 1),
         ttft_cached_ms=round(statistics.median(warm), 1),
-        identical_output=session.token_ids[len(ids):] == plain_tokens,
+        identical_output=session.token_ids[len(ids) :] == plain_tokens,
         sample_answer=answer.text,
     )
     row["ttft_saved_ms"] = round(row["ttft_cold_ms"] - row["ttft_cached_ms"], 1)
@@ -200,8 +200,12 @@ def main() -> int:
     parser.add_argument("--models", nargs="*", default=[m.name for m in BUNDLED])
     parser.add_argument("--decode-tokens", type=int, default=48)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads(N) before measuring (default: torch's choice)")
-    parser.add_argument("--fresh-cache", type=Path, help="convert into this (new) cache dir to time conversion from scratch")
+    parser.add_argument(
+        "--threads", type=int, help="torch.set_num_threads(N) before measuring (default: torch's choice)"
+    )
+    parser.add_argument(
+        "--fresh-cache", type=Path, help="convert into this (new) cache dir to time conversion from scratch"
+    )
     parser.add_argument("--render-only", action="store_true", help="only rewrite the docs table from --out")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "models.json")
     parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "models.md")

@@ -44,8 +44,6 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-
-
 def _usage_since(llm, before) -> dict:
     after = llm.total
     return {
@@ -102,7 +100,11 @@ def run(args, llm) -> None:
             for mode in modes[i % 2 :] + modes[: i % 2]:
                 if (name, question.id, mode) in done:
                     continue
-                record = {"set": name, "index": i, **parse_one(handles[mode], question, mode, repairs=args.repairs, max_atoms=args.parse_atoms)}
+                record = {
+                    "set": name,
+                    "index": i,
+                    **parse_one(handles[mode], question, mode, repairs=args.repairs, max_atoms=args.parse_atoms),
+                }
                 append_record(path, record)
                 print(
                     f"[{name} {i + 1}/{len(questions)}] {mode:13} valid={record['valid']!s:5} first={record['valid_first']!s:5} "
@@ -134,7 +136,14 @@ def _row(records: list[dict]) -> dict:
 
 def summarize(args, records: list[dict]) -> dict:
     """Per set and overall, per mode, over the questions parsed in both modes."""
-    meta = {"date": now(), "model": args.model, "runtime": args.runtime, "threads": args.threads, "repairs": args.repairs, "parse_atoms": args.parse_atoms}
+    meta = {
+        "date": now(),
+        "model": args.model,
+        "runtime": args.runtime,
+        "threads": args.threads,
+        "repairs": args.repairs,
+        "parse_atoms": args.parse_atoms,
+    }
     summary = {**meta, "sets": paired_by_set(records, args.sets, MODES, _row)}
     return summary
 
@@ -168,10 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sets", nargs="+", default=list(SETS), choices=SETS, help="dev sets (default: all three)")
     p.add_argument("--limit", type=int, default=50, help="first N questions of each set (default: %(default)s)")
     p.add_argument("--model", default=DEFAULT_MODEL, help="model (default: %(default)s)")
-    p.add_argument("--runtime", default="auto", choices=("auto", "llama-cpp", "transformers"), help="local runtime (default: %(default)s)")
+    p.add_argument(
+        "--runtime",
+        default="auto",
+        choices=("auto", "llama-cpp", "transformers"),
+        help="local runtime (default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, help="LLM threads (default: the machine's cores)")
     p.add_argument("--repairs", type=int, default=2, help="repair rounds, as the engine uses (default: %(default)s)")
-    p.add_argument("--parse-atoms", type=int, default=MAX_ATOMS, help="atoms a constrained reply may write (default: %(default)s)")
+    p.add_argument(
+        "--parse-atoms", type=int, default=MAX_ATOMS, help="atoms a constrained reply may write (default: %(default)s)"
+    )
     p.add_argument("--out", type=Path, default=OUT, help="result folder (default: benchmarks/results/parse)")
     p.add_argument("--no-docs", action="store_true", help="do not write the table into docs/ir.md (smoke tests)")
     args = p.parse_args(argv)
@@ -181,7 +197,15 @@ def main(argv: list[str] | None = None) -> int:
 
     llm = load_local(args.model, runtime=args.runtime, threads=args.threads, progress=True)
     args.runtime = runtime_of(llm)
-    run_info = {"date": now(), "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]), "model": args.model, "runtime": args.runtime, "threads": args.threads, "machine": platform.machine(), "cpus": os.cpu_count()}
+    run_info = {
+        "date": now(),
+        "command": " ".join([Path(sys.argv[0]).name, *(argv if argv is not None else sys.argv[1:])]),
+        "model": args.model,
+        "runtime": args.runtime,
+        "threads": args.threads,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
     (args.out / "run.json").write_text(json.dumps(run_info, indent=2) + "\n")
     run(args, llm)
     summary = summarize(args, read_records(args.out / "records.jsonl"))

@@ -113,7 +113,10 @@ def table(rows: list[dict], meta: dict) -> str:
     if at14:
         worst = max(at14, key=lambda r: r["median_ms"])
         verdict = "meets" if worst["median_ms"] < 1000 else "misses"
-        out += ["", f"Target: 14 atoms under 1 s. Slowest 14-atom shape: {worst['shape']}, {worst['median_ms']:.0f} ms ({verdict} the target)."]
+        out += [
+            "",
+            f"Target: 14 atoms under 1 s. Slowest 14-atom shape: {worst['shape']}, {worst['median_ms']:.0f} ms ({verdict} the target).",
+        ]
     return "\n".join(out)
 
 

@@ -91,7 +91,9 @@ def table(rows: list[dict], meta: dict) -> str:
         speed = f"{r['prefill_tok_s'] / base['prefill_tok_s']:.2f}x / {base['decode_s_per_token'] / r['decode_s_per_token']:.2f}x"
         answer = r["answer"].split("<|")[0].replace("\n", " ").replace("|", "/").strip()  # up to the end-of-turn marker
         same = "yes" if r["answer_ids"] == base["answer_ids"] else "no"
-        lines.append(f"| {'float32' if r['quantize'] == 'none' else r['quantize']} | {r['prefill_tok_s']:.1f} | {r['decode_s_per_token']:.3f} | {speed} | {same} | {'yes' if r['same_when_prefilled_in_two_pieces'] else 'no'} | {answer} |")
+        lines.append(
+            f"| {'float32' if r['quantize'] == 'none' else r['quantize']} | {r['prefill_tok_s']:.1f} | {r['decode_s_per_token']:.3f} | {speed} | {same} | {'yes' if r['same_when_prefilled_in_two_pieces'] else 'no'} | {answer} |"
+        )
     return "\n".join(lines)
 
 

@@ -87,7 +87,9 @@ def evaluate(search, questions: list[dict]) -> dict:
     return out
 
 
-def run_dataset(name: str, data: Path, embedder: SentenceEmbedder, workdir: Path, kinds: list[str], limit: int | None) -> dict:
+def run_dataset(
+    name: str, data: Path, embedder: SentenceEmbedder, workdir: Path, kinds: list[str], limit: int | None
+) -> dict:
     questions = load_questions(data / f"{name}.jsonl.gz")[:limit]
     corpus = data / f"{name}_corpus.jsonl.gz"
     print(f"[{name}] indexing {corpus.name} ...", file=sys.stderr)
@@ -151,7 +153,10 @@ def markdown(results: dict) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results["datasets"].items():
-        extra = [f"{r['dense_kinds'][k]['build_seconds_without_embedding']:.2f}" if k in r["dense_kinds"] else "-" for k in ("hnsw", "ivf")]
+        extra = [
+            f"{r['dense_kinds'][k]['build_seconds_without_embedding']:.2f}" if k in r["dense_kinds"] else "-"
+            for k in ("hnsw", "ivf")
+        ]
         lines.append(
             f"| {name} | {r['passages']} | {r['questions']} | {r['build']['seconds']:.1f} | {r['build']['passages_per_s']:.1f} | {extra[0]} | {extra[1]} |"
         )
@@ -176,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--embedder", default=DEFAULT_EMBEDDER)
     parser.add_argument("--limit", type=int, help="only the first N questions of each set")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "retrieval.json")
-    parser.add_argument("--doc", type=Path, default=ROOT / "docs" / "retrieval.md", help="Markdown file to update ('' for none)")
+    parser.add_argument(
+        "--doc", type=Path, default=ROOT / "docs" / "retrieval.md", help="Markdown file to update ('' for none)"
+    )
     parser.add_argument("--keep", type=Path, help="keep the built indexes in this folder")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
     parser.add_argument("--render", action="store_true", help="only rewrite the Markdown table from the --out JSON")
@@ -197,7 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nlqo-bench-") as tmp:
         workdir = args.keep or Path(tmp)
         for name in args.datasets.split(","):
-            results["datasets"][name] = run_dataset(name, args.data, embedder, workdir, args.kinds.split(","), args.limit)
+            results["datasets"][name] = run_dataset(
+                name, args.data, embedder, workdir, args.kinds.split(","), args.limit
+            )
     results["meta"] = {
         "date": datetime.date.today().isoformat(),
         "machine": platform.machine(),

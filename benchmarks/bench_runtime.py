@@ -122,7 +122,11 @@ def batched(llm, *, tokens: int = 32) -> dict:
         handles = [llm.fork() if hasattr(llm, "fork") else llm for _ in prompts]
         started = time.perf_counter()
         with ThreadPoolExecutor(max_workers=n) as pool:
-            usages = list(pool.map(lambda pair: pair[0].complete(pair[1], max_tokens=tokens, stop=()).usage, zip(handles, prompts)))
+            usages = list(
+                pool.map(
+                    lambda pair: pair[0].complete(pair[1], max_tokens=tokens, stop=()).usage, zip(handles, prompts)
+                )
+            )
         wall = time.perf_counter() - started
         out[str(n)] = round(sum(u.generated_tokens for u in usages) / wall, 2)
     out["speedup_4"] = round(out["4"] / out["1"], 3)
@@ -193,7 +197,8 @@ def decode_ceilings(path: Path, threads: int, *, repeats: int = 3) -> dict:
     a batch cost almost as much as separate decodes). Medians of ``repeats`` runs: single runs of
     the bare loop varied by 30% on the shared 2-core machine."""
     one, four, single_thread = (
-        statistics.median(low_level_decode(path, t, seqs=n) for _ in range(repeats)) for t, n in ((threads, 1), (threads, 4), (1, 1))
+        statistics.median(low_level_decode(path, t, seqs=n) for _ in range(repeats))
+        for t, n in ((threads, 1), (threads, 4), (1, 1))
     )
     return {
         "ceiling_repeats": repeats,
@@ -205,7 +210,14 @@ def decode_ceilings(path: Path, threads: int, *, repeats: int = 3) -> dict:
 
 
 def run_speed(args, llms: dict) -> dict:
-    result = {"date": now(), "model": args.model, "threads": args.threads, "machine": platform.machine(), "cpus": os.cpu_count(), "runtimes": {}}
+    result = {
+        "date": now(),
+        "model": args.model,
+        "threads": args.threads,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "runtimes": {},
+    }
     for label, llm in llms.items():
         print(f"speed: {label}", file=sys.stderr, flush=True)
         row = {**speed(llm), **first_token_after_warm_scaffold(llm)}
@@ -223,8 +235,6 @@ def run_speed(args, llms: dict) -> dict:
 # --- questions -----------------------------------------------------------------------------------
 
 
-
-
 def run_qa(args, llms: dict) -> None:
     from nlqo.eval.datasets import QuestionSet
     from nlqo.eval.metrics import score
@@ -235,7 +245,9 @@ def run_qa(args, llms: dict) -> None:
     index, _ = open_index(args.out, corpus=str(args.corpus), progress=True)
     retriever = index.retriever("hybrid")
     strategies = {
-        (label, name): build_strategy(name, llm.fork() if hasattr(llm, "fork") else llm, retriever, embedder=index.embedder, k=3)
+        (label, name): build_strategy(
+            name, llm.fork() if hasattr(llm, "fork") else llm, retriever, embedder=index.embedder, k=3
+        )
         for label, llm in llms.items()
         for name in args.strategies
     }
@@ -267,7 +279,11 @@ def run_qa(args, llms: dict) -> None:
             }
             with open(path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
-            print(f"[{i + 1}/{len(questions)}] {label:9} {name:12} {seconds:6.1f} s em={record['em']:.0f} {result.answer[:50]!r}", file=sys.stderr, flush=True)
+            print(
+                f"[{i + 1}/{len(questions)}] {label:9} {name:12} {seconds:6.1f} s em={record['em']:.0f} {result.answer[:50]!r}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def prefill_share(records: list[dict], rate: dict) -> float:
@@ -298,7 +314,9 @@ def summarize(args) -> dict:
                 "em": round(100 * sum(r["em"] for r in recs) / max(len(recs), 1), 1),
                 "seconds_per_question": round(sum(r["seconds"] for r in recs) / max(len(recs), 1), 2),
                 "retrievals_per_question": round(sum(r["retrievals"] for r in recs) / max(len(recs), 1), 2),
-                "cached_prompt_share": round(sum(r["cached_prompt_tokens"] for r in recs) / max(sum(r["prompt_tokens"] for r in recs), 1), 3),
+                "cached_prompt_share": round(
+                    sum(r["cached_prompt_tokens"] for r in recs) / max(sum(r["prompt_tokens"] for r in recs), 1), 3
+                ),
             }
             if label in rates:
                 row["prefill_share"] = prefill_share(recs, rates[label])
@@ -307,10 +325,16 @@ def summarize(args) -> dict:
                 same = sum(a["answer"].strip() == b["answer"].strip() for a, b in zip(recs, ref))
                 interval = bootstrap_diff([r["em"] for r in recs], [r["em"] for r in ref], seed=0)
                 row["answers_identical_to_float32"] = same
-                row["em_minus_float32"] = [round(100 * interval.mean, 1), round(100 * interval.low, 1), round(100 * interval.high, 1)]
+                row["em_minus_float32"] = [
+                    round(100 * interval.mean, 1),
+                    round(100 * interval.low, 1),
+                    round(100 * interval.high, 1),
+                ]
                 row["right_to_wrong"] = sum(b["em"] > a["em"] for a, b in zip(recs, ref))
                 row["wrong_to_right"] = sum(a["em"] > b["em"] for a, b in zip(recs, ref))
-                row["speedup_vs_float32"] = round(sum(r["seconds"] for r in ref) / max(sum(r["seconds"] for r in recs), 1e-9), 2)
+                row["speedup_vs_float32"] = round(
+                    sum(r["seconds"] for r in ref) / max(sum(r["seconds"] for r in recs), 1e-9), 2
+                )
             rows[label] = row
         summary["strategies"][name] = rows
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -339,19 +363,26 @@ def report(args) -> str:
             )
         ll = sp["runtimes"].get("llama-cpp", {})
         if "low_level_decode_tokens_per_s" in ll:
-            lines += ["", f"llama.cpp decode through the backend: {ll['decode_tokens_per_s']:.1f} tok/s, "
-                      f"{100 * ll['decode_vs_low_level']:.0f}% of a bare `llama_decode` loop on the same file ({ll['low_level_decode_tokens_per_s']:.1f} tok/s)."]
+            lines += [
+                "",
+                f"llama.cpp decode through the backend: {ll['decode_tokens_per_s']:.1f} tok/s, "
+                f"{100 * ll['decode_vs_low_level']:.0f}% of a bare `llama_decode` loop on the same file ({ll['low_level_decode_tokens_per_s']:.1f} tok/s).",
+            ]
         if "low_level_batch_speedup_4" in ll:
-            lines += ["", f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
-                      f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
-                      f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); one thread instead of {sp['threads']} decodes "
-                      f"{ll['low_level_1_thread_tokens_per_s']:.1f} tok/s, so {sp['threads']} threads give {ll['thread_scaling']:.2f}x: "
-                      "decode is bound by arithmetic on this CPU more than by reading the weights, and a batch's extra "
-                      "sequences cost nearly what separate decodes cost." if ll["thread_scaling"] > 1.5 else
-                      f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
-                      f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
-                      f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); {sp['threads']} threads give "
-                      f"{ll['thread_scaling']:.2f}x one thread."]
+            lines += [
+                "",
+                f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
+                f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
+                f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); one thread instead of {sp['threads']} decodes "
+                f"{ll['low_level_1_thread_tokens_per_s']:.1f} tok/s, so {sp['threads']} threads give {ll['thread_scaling']:.2f}x: "
+                "decode is bound by arithmetic on this CPU more than by reading the weights, and a batch's extra "
+                "sequences cost nearly what separate decodes cost."
+                if ll["thread_scaling"] > 1.5
+                else f"Batched decoding's ceiling here: the bare loop with 4 sequences in one batch reaches "
+                f"{ll['low_level_4_seqs_tokens_per_s']:.1f} tok/s in all, {ll['low_level_batch_speedup_4']:.2f}x one sequence "
+                f"(the backend: {ll['batched_decode_tokens_per_s']['speedup_4']:.2f}x); {sp['threads']} threads give "
+                f"{ll['thread_scaling']:.2f}x one thread.",
+            ]
     summary_path = args.out / "summary.json"
     if summary_path.exists():
         su = json.loads(summary_path.read_text())
@@ -369,7 +400,11 @@ def report(args) -> str:
                 lines.append(
                     f"| {name} | {label} | {row['n']} | {row['em']:.1f} | {row['seconds_per_question']:.1f} | "
                     f"{row.get('speedup_vs_float32', 1.0):.2f}x | "
-                    + (f"{row['answers_identical_to_float32']}/{row['n']} | {diff[0]:+.1f} [{diff[1]:+.1f}, {diff[2]:+.1f}] | {row['right_to_wrong']} / {row['wrong_to_right']} |" if diff else "- | - | - |")
+                    + (
+                        f"{row['answers_identical_to_float32']}/{row['n']} | {diff[0]:+.1f} [{diff[1]:+.1f}, {diff[2]:+.1f}] | {row['right_to_wrong']} / {row['wrong_to_right']} |"
+                        if diff
+                        else "- | - | - |"
+                    )
                     + (f" {100 * row['prefill_share']:.0f}% |" if "prefill_share" in row else " - |")
                 )
     return "\n".join(lines) + "\n"
@@ -379,10 +414,14 @@ def main(argv=None) -> int:
     from nlqo.cli.common import DEFAULT_MODEL
     from nlqo.llm.llamacpp import default_threads
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--part", choices=("all", "speed", "qa", "ceilings", "report"), default="all")
-    parser.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated subset of " + ", ".join(RUNTIMES))
+    parser.add_argument(
+        "--runtimes", default=",".join(RUNTIMES), help="comma-separated subset of " + ", ".join(RUNTIMES)
+    )
     parser.add_argument("--strategies", default="standard-rag,linear")
     parser.add_argument("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz")
     parser.add_argument("--corpus", type=Path, default=DATA / "hotpotqa_dev_199_corpus.jsonl.gz")
@@ -399,7 +438,9 @@ def main(argv=None) -> int:
     if args.part == "ceilings":
         path = args.out / "speed.json"
         data = json.loads(path.read_text())
-        data["runtimes"]["llama-cpp"].update(decode_ceilings(load("llama-cpp", args.model, args.threads).runtime.path, args.threads))
+        data["runtimes"]["llama-cpp"].update(
+            decode_ceilings(load("llama-cpp", args.model, args.threads).runtime.path, args.threads)
+        )
         data["ceilings_date"] = now()
         path.write_text(json.dumps(data, indent=2) + "\n")
     elif args.part != "report":

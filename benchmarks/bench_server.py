@@ -77,7 +77,11 @@ def now() -> str:
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]), "PYTHON": sys.executable}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "PYTHON": sys.executable,
+    }
 
 
 def free_port() -> int:
@@ -131,12 +135,24 @@ def overlap(trace: list[dict]) -> int:
 
 
 def measure_backend(model: str, index: Path, ir: Path, args) -> dict:
-    common = ["--index", str(index), "--model", model, "--ir", str(ir), "--threads", str(args.threads), "-k", "2", "--quiet"]
+    common = [
+        "--index",
+        str(index),
+        "--model",
+        model,
+        "--ir",
+        str(ir),
+        "--threads",
+        str(args.threads),
+        "-k",
+        "2",
+        "--quiet",
+    ]
     explained = json.loads(nlqo("explain", QUESTION, *common, "--strategy", "auto", "--format", "json"))["physical"]
     runs: dict[str, list[dict]] = {"parallel": [], "sequential": []}
     nlqo("ask", QUESTION, *common, "--strategy", "tree", "--json")  # warm-up: caches, page cache
     for i in range(args.repeats):
-        for mode in (("parallel", "sequential") if i % 2 == 0 else ("sequential", "parallel")):
+        for mode in ("parallel", "sequential") if i % 2 == 0 else ("sequential", "parallel"):
             extra = ["--sequential"] if mode == "sequential" else []
             out = json.loads(nlqo("ask", QUESTION, *common, "--strategy", "tree", "--json", *extra))
             st = out["stats"]
@@ -152,7 +168,9 @@ def measure_backend(model: str, index: Path, ir: Path, args) -> dict:
         "parallel_s": median["parallel"],
         "sequential_s": median["sequential"],
         "speedup": round(median["sequential"] / median["parallel"], 3),
-        "paired_speedups": [round(s["execution_s"] / p["execution_s"], 3) for p, s in zip(runs["parallel"], runs["sequential"])],
+        "paired_speedups": [
+            round(s["execution_s"] / p["execution_s"], 3) for p, s in zip(runs["parallel"], runs["sequential"])
+        ],
         "overlap_parallel": max(r["overlap"] for r in runs["parallel"]),
         "same_answer": len({r["answer"] for rs in runs.values() for r in rs}) == 1,
         "runs": runs,
@@ -200,7 +218,11 @@ def wave_gain(llm, shape: str, *, requests: int = 4, pairs: int = 3) -> dict:
         a, b = first(f"{shape}{i}a"), second(f"{shape}{i}b")
         t, o = (a, b) if first is together else (b, a)
         rows.append({"together_s": round(t, 2), "one_by_one_s": round(o, 2), "gain": round(o / t, 3)})
-    return {"shape": {"prompt_tokens": prompt_tokens, "generated_tokens": generated}, "pairs": rows, "gain": statistics.median(r["gain"] for r in rows)}
+    return {
+        "shape": {"prompt_tokens": prompt_tokens, "generated_tokens": generated},
+        "pairs": rows,
+        "gain": statistics.median(r["gain"] for r in rows),
+    }
 
 
 def measure_waves(label: str, slots: int | None, args) -> dict:
@@ -234,7 +256,9 @@ def render(results: dict) -> str:
     for label, r in results.get("backends", {}).items():
         reason = (r.get("auto_reason") or "").split("(", 1)[-1].rstrip(")")
         paired = ", ".join(f"{x:.2f}" for x in r.get("paired_speedups", [])) or "-"
-        lines.append(f"| {label} | {r['parallel_s']} | {r['sequential_s']} | {r['speedup']}x | {paired} | {r['overlap_parallel']} | {'yes' if r['same_answer'] else 'no'} | {r['auto_operator']} | {reason} |")
+        lines.append(
+            f"| {label} | {r['parallel_s']} | {r['sequential_s']} | {r['speedup']}x | {paired} | {r['overlap_parallel']} | {'yes' if r['same_answer'] else 'no'} | {r['auto_operator']} | {reason} |"
+        )
     if results.get("waves"):
         lines += [
             "",
@@ -246,8 +270,13 @@ def render(results: dict) -> str:
             "|---|---:|---:|---:|---|",
         ]
         for label, w in results["waves"].items():
-            pairs = "; ".join(f"{shape}: " + ", ".join(f"{p['together_s']}/{p['one_by_one_s']}" for p in w[shape]["pairs"]) for shape in SHAPES)
-            lines.append(f"| {label} | {w['node']['gain']:.2f}x | {w['prefill']['gain']:.2f}x | {w['decode']['gain']:.2f}x | {pairs} |")
+            pairs = "; ".join(
+                f"{shape}: " + ", ".join(f"{p['together_s']}/{p['one_by_one_s']}" for p in w[shape]["pairs"])
+                for shape in SHAPES
+            )
+            lines.append(
+                f"| {label} | {w['node']['gain']:.2f}x | {w['prefill']['gain']:.2f}x | {w['decode']['gain']:.2f}x | {pairs} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -259,12 +288,21 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--no-in-process", action="store_true")
     parser.add_argument("--force", action="store_true", help="measure backends already in the JSON again")
-    parser.add_argument("--part", choices=("ask", "wave", "all"), default="all", help="ask: nlqo ask side by side; wave: one wave of requests (default: both)")
+    parser.add_argument(
+        "--part",
+        choices=("ask", "wave", "all"),
+        default="all",
+        help="ask: nlqo ask side by side; wave: one wave of requests (default: both)",
+    )
     parser.add_argument("--render", action="store_true")
     args = parser.parse_args()
-    server = Path(os.environ.get("LLAMA_SERVER", Path.home() / ".cache" / "nlqo" / "llama-server" / "bin" / "llama-server"))
+    server = Path(
+        os.environ.get("LLAMA_SERVER", Path.home() / ".cache" / "nlqo" / "llama-server" / "bin" / "llama-server")
+    )
     if args.slots.strip() and not args.render and not os.access(server, os.X_OK):
-        raise SystemExit(f"{server} is not built: run scripts/build-llama-server.sh (llama-cpp-python's server has one slot only)")
+        raise SystemExit(
+            f"{server} is not built: run scripts/build-llama-server.sh (llama-cpp-python's server has one slot only)"
+        )
     results = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     if not args.render:
         setup = {"model": args.model, "threads": args.threads, "repeats": args.repeats}
@@ -275,8 +313,13 @@ def main() -> int:
         ir.write_text(IR, encoding="utf-8")
         if not (index / "manifest.json").is_file():
             nlqo("index", str(ROOT / "examples" / "demo_corpus.jsonl"), "--out", str(index), "--quiet")
-        backends: list[tuple[str, object]] = [] if args.no_in_process else [("in-process llama.cpp runtime (4 slots)", None)]
-        backends += [(f"llama-server, {n} slot{'s' if n > 1 else ''}", n) for n in [int(x) for x in args.slots.split(",") if x.strip()]]
+        backends: list[tuple[str, object]] = (
+            [] if args.no_in_process else [("in-process llama.cpp runtime (4 slots)", None)]
+        )
+        backends += [
+            (f"llama-server, {n} slot{'s' if n > 1 else ''}", n)
+            for n in [int(x) for x in args.slots.split(",") if x.strip()]
+        ]
         for label, slots in backends:
             if args.part in ("ask", "all") and (label not in results["backends"] or args.force):
                 print(f"{label}:", file=sys.stderr, flush=True)

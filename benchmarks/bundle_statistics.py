@@ -53,9 +53,15 @@ def cascade(by: dict[str, dict], text) -> dict:
     if support(first["answer"], question, [text(i) for i in passage_ids(first)]).supported:
         return {**first, "strategy": "cascade"}
     rounds = round_answers(iterate)
-    if support(iterate["answer"], question, [text(i) for i in passage_ids(iterate)]).supported and len(set(rounds)) == 1:
+    if (
+        support(iterate["answer"], question, [text(i) for i in passage_ids(iterate)]).supported
+        and len(set(rounds)) == 1
+    ):
         return {**iterate, "strategy": "cascade"}
-    merged = {key: iterate.get(key, 0) + planned.get(key, 0) for key in ("seconds", "prompt_tokens", "generated_tokens", "llm_calls")}
+    merged = {
+        key: iterate.get(key, 0) + planned.get(key, 0)
+        for key in ("seconds", "prompt_tokens", "generated_tokens", "llm_calls")
+    }
     return {**planned, **merged, "strategy": "cascade", "trace": iterate["trace"] + planned["trace"]}
 
 
@@ -88,7 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     save(stats, args.out)
     for op, classes in stats.operators.items():
         s = classes["all"]
-        print(f"{op:10} n={s.n} EM {s.em:.1%} [{s.em_low:.1%}, {s.em_high:.1%}] supported {s.supported:.1%} {s.seconds:.1f} s")
+        print(
+            f"{op:10} n={s.n} EM {s.em:.1%} [{s.em_low:.1%}, {s.em_high:.1%}] supported {s.supported:.1%} {s.seconds:.1f} s"
+        )
     return 0
 
 

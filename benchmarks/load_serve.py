@@ -38,12 +38,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True)
     parser.add_argument("--index", type=Path, required=True)
-    parser.add_argument("--questions", type=Path, required=True, help="a question file (JSON Lines, optionally gzipped)")
+    parser.add_argument(
+        "--questions", type=Path, required=True, help="a question file (JSON Lines, optionally gzipped)"
+    )
     parser.add_argument("--limit", type=int, default=16, help="questions per level (default: %(default)s)")
     parser.add_argument("--levels", default="1,2,4,8", help="concurrent clients (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=HERE / "results" / "serve", help="results folder (default: %(default)s)")
+    parser.add_argument(
+        "--out", type=Path, default=HERE / "results" / "serve", help="results folder (default: %(default)s)"
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds for one request (default: %(default)s)")
-    parser.add_argument("--docs", type=Path, help="a markdown file whose load-test markers receive the table of every model in --out")
+    parser.add_argument(
+        "--docs", type=Path, help="a markdown file whose load-test markers receive the table of every model in --out"
+    )
     args = parser.parse_args(argv)
     questions = read_questions(args.questions, args.limit)
     levels = [int(x) for x in args.levels.split(",")]
@@ -51,7 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     print(f"{len(questions)} questions; nlqo ask, one process per question ...", file=sys.stderr)
     single, single_wall = ask_one_at_a_time(args, questions)
-    report = {"model": args.model, "questions": len(questions), "single_process": summary([s for _, s, _ in single.values()], single_wall, len(questions), errors=sum(1 for _, _, e in single.values() if e))}
+    report = {
+        "model": args.model,
+        "questions": len(questions),
+        "single_process": summary(
+            [s for _, s, _ in single.values()],
+            single_wall,
+            len(questions),
+            errors=sum(1 for _, _, e in single.values() if e),
+        ),
+    }
     with Serving(args) as server:
         report["levels"] = {}
         for level in levels:
@@ -76,13 +91,20 @@ BEGIN, END = "<!-- BEGIN load-test -->", "<!-- END load-test -->"
 
 def table(folder: Path) -> str:
     """Markdown: every model's load test in ``folder``, one row per level."""
-    rows = ["| model | clients | questions | errors | lost | duplicated | answers unlike `nlqo ask` | questions/s | vs 1 client | p50 s | p95 s | p99 s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| model | clients | questions | errors | lost | duplicated | answers unlike `nlqo ask` | questions/s | vs 1 client | p50 s | p95 s | p99 s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for path in sorted(folder.glob("load_*.json")):
         r = json.loads(path.read_text())
         s = r["single_process"]
-        rows.append(f"| {r['model']} | `nlqo ask`, one process each | {s['requests']} | {s['errors']} | | | | {s['throughput_per_s']:.3f} | | {s['p50_s']} | {s['p95_s']} | {s['p99_s']} |")
+        rows.append(
+            f"| {r['model']} | `nlqo ask`, one process each | {s['requests']} | {s['errors']} | | | | {s['throughput_per_s']:.3f} | | {s['p50_s']} | {s['p95_s']} | {s['p99_s']} |"
+        )
         for level, x in sorted(r["levels"].items(), key=lambda kv: int(kv[0])):
-            rows.append(f"| {r['model']} | serve, {level} | {x['requests']} | {x['errors']} | {x['lost']} | {x['duplicated']} | {len(x['different_from_single_process'])} | {x['throughput_per_s']:.3f} | {x['throughput_vs_1_client']}x | {x['p50_s']} | {x['p95_s']} | {x['p99_s']} |")
+            rows.append(
+                f"| {r['model']} | serve, {level} | {x['requests']} | {x['errors']} | {x['lost']} | {x['duplicated']} | {len(x['different_from_single_process'])} | {x['throughput_per_s']:.3f} | {x['throughput_vs_1_client']}x | {x['p50_s']} | {x['p95_s']} | {x['p99_s']} |"
+            )
     return "\n".join(rows) + "\n"
 
 
@@ -98,7 +120,12 @@ def ask_one_at_a_time(args, questions) -> tuple[dict, float]:
     out, started = {}, time.monotonic()
     for q in questions:
         t = time.monotonic()
-        done = subprocess.run([*NLQO, "ask", q["question"], "--index", str(args.index), "--model", args.model, "--json", "--quiet"], capture_output=True, text=True, timeout=args.timeout)
+        done = subprocess.run(
+            [*NLQO, "ask", q["question"], "--index", str(args.index), "--model", args.model, "--json", "--quiet"],
+            capture_output=True,
+            text=True,
+            timeout=args.timeout,
+        )
         seconds = time.monotonic() - t
         answer = json.loads(done.stdout)["answer"] if done.returncode == 0 else None
         out[q["id"]] = (answer, seconds, None if done.returncode == 0 else done.stderr.strip()[-300:])
@@ -112,7 +139,20 @@ class Serving:
         self.args = args
 
     def __enter__(self):
-        cmd = [*NLQO, "serve", "--index", str(self.args.index), "--model", self.args.model, "--port", "0", "--queue", "64", "--timeout", str(self.args.timeout)]
+        cmd = [
+            *NLQO,
+            "serve",
+            "--index",
+            str(self.args.index),
+            "--model",
+            self.args.model,
+            "--port",
+            "0",
+            "--queue",
+            "64",
+            "--timeout",
+            str(self.args.timeout),
+        ]
         self.process = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         for line in self.process.stderr:
             match = re.search(r"serving on http://([\d.]+):(\d+)", line)
@@ -134,7 +174,12 @@ class Serving:
     def request(self, method: str, path: str, body=None, timeout: float = 600.0) -> tuple[int, dict]:
         conn = http.client.HTTPConnection(*self.address, timeout=timeout)
         try:
-            conn.request(method, path, body=None if body is None else json.dumps(body), headers={"Content-Type": "application/json"})
+            conn.request(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
             response = conn.getresponse()
             return response.status, json.loads(response.read() or b"{}")
         finally:
@@ -159,10 +204,14 @@ def run_level(server: Serving, questions, level: int, single: dict, timeout: flo
         results = list(pool.map(one, questions))
     wall = time.monotonic() - started
     answered = [qid for qid, answer, _, error in results if error is None]
-    row = summary([s for _, _, s, _ in results], wall, len(questions), errors=sum(1 for r in results if r[3] is not None))
+    row = summary(
+        [s for _, _, s, _ in results], wall, len(questions), errors=sum(1 for r in results if r[3] is not None)
+    )
     row["lost"] = len({q["id"] for q in questions} - set(answered))
     row["duplicated"] = len(answered) - len(set(answered))
-    row["different_from_single_process"] = [qid for qid, answer, _, error in results if error is None and answer != single[qid][0]]
+    row["different_from_single_process"] = [
+        qid for qid, answer, _, error in results if error is None and answer != single[qid][0]
+    ]
     row["error_messages"] = sorted({r[3] for r in results if r[3]})[:5]
     return row
 
@@ -173,7 +222,15 @@ def summary(latencies: list[float], wall: float, n: int, *, errors: int) -> dict
     def pct(q: float) -> float:  # nearest rank
         return round(ordered[max(1, math.ceil(len(ordered) * q / 100)) - 1], 3) if ordered else float("nan")
 
-    return {"requests": n, "errors": errors, "wall_seconds": round(wall, 2), "throughput_per_s": round(n / wall, 4), "p50_s": pct(50), "p95_s": pct(95), "p99_s": pct(99)}
+    return {
+        "requests": n,
+        "errors": errors,
+        "wall_seconds": round(wall, 2),
+        "throughput_per_s": round(n / wall, 4),
+        "p50_s": pct(50),
+        "p95_s": pct(95),
+        "p99_s": pct(99),
+    }
 
 
 def plot(report: dict, path: Path) -> None:
@@ -186,7 +243,9 @@ def plot(report: dict, path: Path) -> None:
         return
     levels = sorted(report["levels"], key=int)
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
-    a.plot([int(x) for x in levels], [report["levels"][x]["throughput_per_s"] for x in levels], "o-", label="nlqo serve")
+    a.plot(
+        [int(x) for x in levels], [report["levels"][x]["throughput_per_s"] for x in levels], "o-", label="nlqo serve"
+    )
     a.axhline(report["single_process"]["throughput_per_s"], color="grey", ls="--", label="nlqo ask, one at a time")
     a.set(xlabel="concurrent clients", ylabel="questions / s", title=f"throughput, {report['model']}")
     a.legend(fontsize=8)

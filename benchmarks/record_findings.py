@@ -41,13 +41,17 @@ from nlqo.execute.trace import PARSE_FAILED
 from nlqo.parser import check_grounded, clean, drop_repeats, tidy
 from nlqo.syntax import parse
 
+
 def outcome(text: str, question: str) -> str:
     try:
         check_grounded(parse(text, source="<llm>"), question)
         return "valid IR"
     except (IRSyntaxError, IRSemanticError) as exc:
         message = str(exc)
-        for key, label in (("no answer statement", "only the answer line missing"), ("three terms", "a triple with two or four terms")):
+        for key, label in (
+            ("no answer statement", "only the answer line missing"),
+            ("three terms", "a triple with two or four terms"),
+        ):
             if key in message:
                 return label
         return "other error"
@@ -165,7 +169,10 @@ def strategy_means(records: list[dict]) -> tuple[int, list[str]]:
     done = finished_questions(records)
     means = {n: strategy_summary([r for r in records if r["strategy"] == n and r["qid"] in done]) for n in names}
     value = lambda m, field: m[field] or 0.0  # noqa: E731  (hand-made records may lack a field)
-    return len(done), [f"{n} {100 * value(m, 'em'):.1f} EM · {value(m, 'seconds'):.1f} s · {value(m, 'retrievals'):.2f} retrievals" for n, m in means.items()]
+    return len(done), [
+        f"{n} {100 * value(m, 'em'):.1f} EM · {value(m, 'seconds'):.1f} s · {value(m, 'retrievals'):.2f} retrievals"
+        for n, m in means.items()
+    ]
 
 
 def auto_against_linear(records: list[dict]) -> dict[str, tuple[int, int]]:
@@ -183,7 +190,9 @@ def auto_against_linear(records: list[dict]) -> dict[str, tuple[int, int]]:
 
 
 def findings(folder: Path, questions: range | None = None) -> None:
-    records = [json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()]
+    records = [
+        json.loads(line) for line in (folder / "records.jsonl").read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
     records = [r for r in records if questions is None or r["index"] in questions]
     failures = [r for r in records if base(r) in ("tree", "auto") and r["stop_reason"].startswith(PARSE_FAILED)]
     loops, tidied = 0, Counter()
@@ -216,10 +225,18 @@ def findings(folder: Path, questions: range | None = None) -> None:
         if r.get("evidence_complete"):
             complete.setdefault(r["strategy"], []).append(float(r["em"]))
     types = question_types(folder)
-    choices = [r for r in records if "comparison" in types.get(r["qid"], "") and not {a.lower() for a in r["answers"]} & {"yes", "no"}]
+    choices = [
+        r
+        for r in records
+        if "comparison" in types.get(r["qid"], "") and not {a.lower() for a in r["answers"]} & {"yes", "no"}
+    ]
     unnamed = Counter(r["strategy"] for r in choices if not named_in_question(r["answer"], r["question"]))
     asked = Counter(r["strategy"] for r in choices)
-    last_resort = Counter(r["stop_reason"].rsplit("; ", 1)[-1] for r in records if r["stop_reason"].endswith(("; fallback_answer", "; no_answer")))
+    last_resort = Counter(
+        r["stop_reason"].rsplit("; ", 1)[-1]
+        for r in records
+        if r["stop_reason"].endswith(("; fallback_answer", "; no_answer"))
+    )
     held: dict[str, list[float]] = {}
     linked: dict[str, list[float]] = {}
     for r in records:
@@ -239,26 +256,61 @@ def findings(folder: Path, questions: range | None = None) -> None:
     print(f"  parse failures (tree, auto): {len(failures)}; first reply a repetition loop: {loops}")
     print(f"  first replies after tidy: {dict(tidied.most_common())}")
     print(f"  tree node retrievals using the main question: {copies} of {nodes}; by substitution: {substituted}")
-    print(f"  tree leaves naming no entity (subject and object variables): {len(bare)} of {len(leaves)}" + (f", e.g. {' '.join(bare[0])}" if bare else ""))
-    print("  auto ran: " + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items())))
+    print(
+        f"  tree leaves naming no entity (subject and object variables): {len(bare)} of {len(leaves)}"
+        + (f", e.g. {' '.join(bare[0])}" if bare else "")
+    )
+    print(
+        "  auto ran: "
+        + ", ".join(f"{op} {len(ems)} ({100 * sum(ems) / len(ems):.1f} EM)" for op, ems in sorted(operators.items()))
+    )
     if against := auto_against_linear(records):
-        print("  auto right where linear wrong / linear right where auto wrong, by what auto ran: " + ", ".join(f"{op} {won} / {lost}" for op, (won, lost) in against.items()))
+        print(
+            "  auto right where linear wrong / linear right where auto wrong, by what auto ran: "
+            + ", ".join(f"{op} {won} / {lost}" for op, (won, lost) in against.items())
+        )
     print(f"  answers of last resort: {dict(last_resort) or 'none'}")
-    print("  choice answers linked to one option by the run's text: " + (", ".join(f"{n} {len(v)} (right {v.count(1.0)})" for n, v in linked.items()) or "none"))
-    print("  choice answers asked again among the options: " + (", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items()) or "none"))
-    print("  every gold passage retrieved, answered wrong: " + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs"))
+    print(
+        "  choice answers linked to one option by the run's text: "
+        + (", ".join(f"{n} {len(v)} (right {v.count(1.0)})" for n, v in linked.items()) or "none")
+    )
+    print(
+        "  choice answers asked again among the options: "
+        + (
+            ", ".join(f"{n} {len(v)} (held {sum(e >= 0 for e in v)}, right {v.count(1.0)})" for n, v in held.items())
+            or "none"
+        )
+    )
+    print(
+        "  every gold passage retrieved, answered wrong: "
+        + (", ".join(f"{n} {ems.count(0.0)} of {len(ems)}" for n, ems in complete.items()) or "no such runs")
+    )
     if types:
-        print("  comparison answers naming nothing the question names: " + (", ".join(f"{n} {unnamed[n]} of {asked[n]}" for n in asked) or "no comparison questions"))
+        print(
+            "  comparison answers naming nothing the question names: "
+            + (", ".join(f"{n} {unnamed[n]} of {asked[n]}" for n in asked) or "no comparison questions")
+        )
     print(f"  linear hops: {dict(sorted(hops.items()))}")
-    print(f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}")
-    print("  linear runs a tau of 0.8 / 0.9 could change: " + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9)))
+    print(
+        f"  linear stopped on: {dict(causes.most_common())}; terminator score at the stop >= 0.99: {sum(s >= 0.99 for s in scores)} of {len(scores)}"
+    )
+    print(
+        "  linear runs a tau of 0.8 / 0.9 could change: "
+        + " / ".join(str(sum(tau_would_change(r, t) for r in linear)) for t in (0.8, 0.9))
+    )
     for name, rows in seconds_by_call(records).items():
         print(f"  {name} LLM seconds per question by call: " + "; ".join(rows))
     for name in ("tree", "auto"):
         hits, n, hit_s, miss_s, missed = parse_prefix_hits(records, name)
         if n:
-            where = f"; missed on question{'s' * (len(missed) > 1)} {', '.join(map(str, missed))}" if missed and len(missed) <= 10 else ""
-            print(f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not{where})")
+            where = (
+                f"; missed on question{'s' * (len(missed) > 1)} {', '.join(map(str, missed))}"
+                if missed and len(missed) <= 10
+                else ""
+            )
+            print(
+                f"  {name} parse scaffold served from the prefix cache: {hits} of {n} calls ({hit_s:.1f} s per call when served, {miss_s:.1f} s when not{where})"
+            )
 
 
 def question_range(text: str) -> range:
@@ -272,7 +324,12 @@ def question_range(text: str) -> range:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="*", type=Path, metavar="RUN_FOLDER")
-    parser.add_argument("--questions", type=question_range, metavar="FIRST:END", help="keep questions FIRST+1 to END of each run (25:50: questions 26-50; either end may be left out)")
+    parser.add_argument(
+        "--questions",
+        type=question_range,
+        metavar="FIRST:END",
+        help="keep questions FIRST+1 to END of each run (25:50: questions 26-50; either end may be left out)",
+    )
     args = parser.parse_args(argv)
     runs = sorted(f for f in Path("benchmarks/results/runs").glob("*/") if (f / "records.jsonl").is_file())
     for folder in args.folders or runs or sorted(Path("benchmarks/results/bench").glob("*/")):

@@ -45,7 +45,9 @@ def replay(record: dict) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", type=Path, help="run folders or records.jsonl files (default: benchmarks/results/runs/*)")
+    parser.add_argument(
+        "paths", nargs="*", type=Path, help="run folders or records.jsonl files (default: benchmarks/results/runs/*)"
+    )
     args = parser.parse_args()
     paths = args.paths or sorted(RUNS.iterdir())
     total: dict[str, list[dict]] = defaultdict(list)

@@ -73,7 +73,10 @@ def replay(run: Path, strategies: set[str], model: str) -> None:
             }
             sink.write(json.dumps(row) + "\n")
             sink.flush()
-            print(f"{run.name} {record['index']:>3} {record['strategy']:<6} {record['answer']!r} -> {answer!r} ({row['em']:.0f})", flush=True)
+            print(
+                f"{run.name} {record['index']:>3} {record['strategy']:<6} {record['answer']!r} -> {answer!r} ({row['em']:.0f})",
+                flush=True,
+            )
 
 
 def report() -> str:

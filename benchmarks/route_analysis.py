@@ -60,14 +60,59 @@ def contains(hay: str, needle: str) -> bool:
     return bool(needle) and f" {needle} " in f" {hay} "
 
 
-AUX = {"is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will",
-       "would", "should", "shall", "may", "might"}
+AUX = {
+    "is",
+    "are",
+    "was",
+    "were",
+    "do",
+    "does",
+    "did",
+    "has",
+    "have",
+    "had",
+    "can",
+    "could",
+    "will",
+    "would",
+    "should",
+    "shall",
+    "may",
+    "might",
+}
 WH = ["which", "who", "whom", "whose", "what", "when", "where", "how", "why"]
-COMPARE = {"older", "younger", "oldest", "youngest", "first", "earlier", "earliest", "later", "last", "latest",
-           "before", "after", "more", "most", "less", "fewer", "longer", "shorter", "larger", "bigger", "smaller",
-           "higher", "lower", "taller", "recently", "sooner"}
-UNKNOWN = re.compile(r"^(unknown|none|n a|no answer|not (mentioned|specified|provided|given|stated|known|available)"
-                     r"|cannot|can not|i dont know|insufficient|there is no)\b")
+COMPARE = {
+    "older",
+    "younger",
+    "oldest",
+    "youngest",
+    "first",
+    "earlier",
+    "earliest",
+    "later",
+    "last",
+    "latest",
+    "before",
+    "after",
+    "more",
+    "most",
+    "less",
+    "fewer",
+    "longer",
+    "shorter",
+    "larger",
+    "bigger",
+    "smaller",
+    "higher",
+    "lower",
+    "taller",
+    "recently",
+    "sooner",
+}
+UNKNOWN = re.compile(
+    r"^(unknown|none|n a|no answer|not (mentioned|specified|provided|given|stated|known|available)"
+    r"|cannot|can not|i dont know|insufficient|there is no)\b"
+)
 OPTIONS = re.compile(r"[,:]\s*([^,:]+?)\s+or\s+(.+?)\s*\??\s*$", re.I)
 
 
@@ -166,12 +211,21 @@ def answer_checks(rec: dict, qf: dict, question: str, corpus: dict) -> dict:
     else:
         supported = (not unknown) and (not is_yn) and contains(text, a)
     echo = (not qf["choice"]) and (not qf["yesno"]) and bool(a) and contains(norm(question), a)
-    off_options = qf["choice"] and bool(qf["options"]) and not any(
-        a and (a == o or contains(o, a) or contains(a, o)) for o in qf["options"])
+    off_options = (
+        qf["choice"]
+        and bool(qf["options"])
+        and not any(a and (a == o or contains(o, a) or contains(a, o)) for o in qf["options"])
+    )
     stray_yn = is_yn and not qf["yesno"]
-    return {"norm": a, "supported": supported, "unknown": unknown, "echo": echo,
-            "off_options": off_options, "stray_yn": stray_yn,
-            "suspect": (not supported) or unknown or echo or off_options or stray_yn}
+    return {
+        "norm": a,
+        "supported": supported,
+        "unknown": unknown,
+        "echo": echo,
+        "off_options": off_options,
+        "stray_yn": stray_yn,
+        "suspect": (not supported) or unknown or echo or off_options or stray_yn,
+    }
 
 
 def load(runs: Path, data: Path) -> dict:
@@ -200,20 +254,38 @@ def load(runs: Path, data: Path) -> dict:
             for op in OPS:
                 r = recs[op]
                 rounds = [norm(t.get("text", "")) for t in r.get("trace") or [] if t.get("kind") == "llm"]
-                ops[op] = {"em": float(r["em"]), "f1": float(r["f1"]), "sec": float(r["seconds"]),
-                           "plan_sec": float(r.get("planning_ms") or 0.0) / 1000.0, "answer": r["answer"],
-                           "rounds": rounds, "stable": len(set(rounds)) <= 1,
-                           **answer_checks(r, qf, any_rec["question"], corpus)}
+                ops[op] = {
+                    "em": float(r["em"]),
+                    "f1": float(r["f1"]),
+                    "sec": float(r["seconds"]),
+                    "plan_sec": float(r.get("planning_ms") or 0.0) / 1000.0,
+                    "answer": r["answer"],
+                    "rounds": rounds,
+                    "stable": len(set(rounds)) <= 1,
+                    **answer_checks(r, qf, any_rec["question"], corpus),
+                }
             # ITERATE's first round is RETRIEVE (same retrieval, same prompt): check it per question
             ops["iter-retgen"]["round1_is_retrieve"] = (
-                bool(ops["iter-retgen"]["rounds"]) and ops["iter-retgen"]["rounds"][0] == ops["standard-rag"]["norm"])
-            qs.append({
-                "set": name, "idx": idx, "question": any_rec["question"], "golds": any_rec["answers"],
-                "type": qtype.get(any_rec["qid"]), "qf": qf, "ir": ir_features(any_rec.get("plan")),
-                "auto_operator": any_rec.get("operator"), "ops": ops,
-                "base": {b: {"em": float(base[idx][b]["em"]), "sec": float(base[idx][b]["seconds"])}
-                         for b in BASELINES if b in base.get(idx, {})},
-            })
+                bool(ops["iter-retgen"]["rounds"]) and ops["iter-retgen"]["rounds"][0] == ops["standard-rag"]["norm"]
+            )
+            qs.append(
+                {
+                    "set": name,
+                    "idx": idx,
+                    "question": any_rec["question"],
+                    "golds": any_rec["answers"],
+                    "type": qtype.get(any_rec["qid"]),
+                    "qf": qf,
+                    "ir": ir_features(any_rec.get("plan")),
+                    "auto_operator": any_rec.get("operator"),
+                    "ops": ops,
+                    "base": {
+                        b: {"em": float(base[idx][b]["em"]), "sec": float(base[idx][b]["seconds"])}
+                        for b in BASELINES
+                        if b in base.get(idx, {})
+                    },
+                }
+            )
         out[name] = qs
     return out
 
@@ -278,6 +350,7 @@ def significantly_better(qs, a, b, seed=1, b_n=2000) -> bool:
 def fixed_policy(op):
     def fit(cal):
         return lambda q: (q["ops"][op]["em"], q["ops"][op]["sec"], op)
+
     return fit
 
 
@@ -285,6 +358,7 @@ def calbest_policy(kind="quality"):
     def fit(cal):
         op = best_fixed(cal) if kind == "quality" else balanced_fixed(cal)
         return lambda q: (q["ops"][op]["em"], q["ops"][op]["sec"], op)
+
     return fit
 
 
@@ -343,8 +417,11 @@ def cascade_policy(first, trigger, target=None, targets=OPS):
         if tgt is None:
             fired = [q for q in cal if trigger(q["ops"][first], q)]
             cands = [op for op in targets if op != first]
-            tgt = max(cands, key=lambda op: (em_of(fired, op) - em_of(fired, first), -sec_of(fired, op))) \
-                if fired else cands[0]
+            tgt = (
+                max(cands, key=lambda op: (em_of(fired, op) - em_of(fired, first), -sec_of(fired, op)))
+                if fired
+                else cands[0]
+            )
             # only escalate when that helps on calibration
             if fired and em_of(fired, tgt) <= em_of(fired, first):
                 tgt = None
@@ -372,6 +449,7 @@ def chain_policy(steps, trigger):
                     sec += escalation_cost(q, steps[i - 1], op) - q["ops"][steps[i - 1]]["sec"]
                 if i == len(steps) - 1 or not trigger(q["ops"][op], q):
                     return q["ops"][op]["em"], sec, op
+
         return run
 
     return fit
@@ -482,10 +560,20 @@ def candidates():
         c.append((f"cascade ITERATE->fit on {trig}", cascade_policy("iter-retgen", T[trig]), True))
         c.append((f"cascade ITERATE->auto on {trig}", cascade_policy("iter-retgen", T[trig], "auto"), False))
     c.append(("balanced first -> calib-best on suspect", balanced_then_quality(T["suspect"]), True))
-    c.append(("chain RETRIEVE->ITERATE->TEMPLATE on suspect",
-              chain_policy(["standard-rag", "iter-retgen", "linear"], T["suspect"]), False))
-    c.append(("chain RETRIEVE->TEMPLATE->auto on suspect",
-              chain_policy(["standard-rag", "linear", "auto"], T["suspect"]), False))
+    c.append(
+        (
+            "chain RETRIEVE->ITERATE->TEMPLATE on suspect",
+            chain_policy(["standard-rag", "iter-retgen", "linear"], T["suspect"]),
+            False,
+        )
+    )
+    c.append(
+        (
+            "chain RETRIEVE->TEMPLATE->auto on suspect",
+            chain_policy(["standard-rag", "linear", "auto"], T["suspect"]),
+            False,
+        )
+    )
     c.append(("agree(RETRIEVE,ITERATE) else fit", agree_policy("standard-rag", "iter-retgen"), True))
     c.append(("agree(RETRIEVE,ITERATE) else linear", agree_policy("standard-rag", "iter-retgen", "linear"), False))
     c.append(("agree(RETRIEVE,TEMPLATE) else fit", agree_policy("standard-rag", "linear"), True))
@@ -547,7 +635,11 @@ def main():
                 top = c.most_common(1)[0][0]
                 maj.append(next(q["ops"][op]["em"] for op in OPS if q["ops"][op]["norm"] == top))
             cells = [f"{100 * em_of(sel, op):.1f} / {sec_of(sel, op):.1f}s" for op in OPS]
-            P(f"| {SHORT[name]} | {part} | {len(sel)} | " + " | ".join(cells) + f" | {orc:.1f} | {100 * np.mean(maj):.1f} |")
+            P(
+                f"| {SHORT[name]} | {part} | {len(sel)} | "
+                + " | ".join(cells)
+                + f" | {orc:.1f} | {100 * np.mean(maj):.1f} |"
+            )
     P()
     P("Baselines on held-back questions 50-99 only (their runs stop at 100), beside the engine operators there:")
     P()
@@ -569,7 +661,9 @@ def main():
     P("is none of a choice question's two options, or is a bare yes/no to a non-yes/no question.")
     P("All questions of each set (descriptive, nothing fitted).")
     P()
-    P("| set | operator | supported % | EM if supported | EM if not | suspect % | EM if suspect | EM if not suspect | echo % | EM if echo |")
+    P(
+        "| set | operator | supported % | EM if supported | EM if not | suspect % | EM if suspect | EM if not suspect | echo % | EM if echo |"
+    )
     P("|---|---|---|---|---|---|---|---|---|---|")
     for name in SETS:
         qs = data[name]
@@ -583,19 +677,26 @@ def main():
                 s = [x["em"] for x in a if f(x)]
                 return f"{100 * np.mean(s):.1f} (n={len(s)})" if s else "-"
 
-            P(f"| {SHORT[name]} | {op} | {rate(lambda x: x['supported']):.1f} | {em_if(lambda x: x['supported'])} | "
-              f"{em_if(lambda x: not x['supported'])} | {rate(lambda x: x['suspect']):.1f} | {em_if(lambda x: x['suspect'])} | "
-              f"{em_if(lambda x: not x['suspect'])} | {rate(lambda x: x['echo']):.1f} | {em_if(lambda x: x['echo'])} |")
+            P(
+                f"| {SHORT[name]} | {op} | {rate(lambda x: x['supported']):.1f} | {em_if(lambda x: x['supported'])} | "
+                f"{em_if(lambda x: not x['supported'])} | {rate(lambda x: x['suspect']):.1f} | {em_if(lambda x: x['suspect'])} | "
+                f"{em_if(lambda x: not x['suspect'])} | {rate(lambda x: x['echo']):.1f} | {em_if(lambda x: x['echo'])} |"
+            )
     P()
     agree1 = sum(q["ops"]["iter-retgen"]["round1_is_retrieve"] for s in SETS for q in data[s])
-    P(f"ITERATE's first-round answer equals RETRIEVE's answer on {agree1} of {sum(len(data[s]) for s in SETS)} "
-      "questions: ITERATE's first round is RETRIEVE, so a RETRIEVE -> ITERATE escalation is charged ITERATE's seconds.")
+    P(
+        f"ITERATE's first-round answer equals RETRIEVE's answer on {agree1} of {sum(len(data[s]) for s in SETS)} "
+        "questions: ITERATE's first round is RETRIEVE, so a RETRIEVE -> ITERATE escalation is charged ITERATE's seconds."
+    )
     P()
     P("Escalation triggers on the first operator's answer: how often they fire, the first operator's EM when")
     P("they fire / do not, and every other operator's EM on the questions where they fire. cal | held.")
     P()
-    P("| set | first | trigger | fires % cal \\| held | first EM fired | first EM not fired | " +
-      " | ".join(f"{op} on fired" for op in OPS) + " |")
+    P(
+        "| set | first | trigger | fires % cal \\| held | first EM fired | first EM not fired | "
+        + " | ".join(f"{op} on fired" for op in OPS)
+        + " |"
+    )
     P("|---|---|---|---|---|---|" + "---|" * len(OPS))
     for name in SETS:
         parts = ([q for q in data[name] if q["idx"] < CAL], [q for q in data[name] if q["idx"] >= CAL])
@@ -609,20 +710,29 @@ def main():
                 def pair(a, b, op):
                     return f"{100 * em_of(a, op):.0f} \\| {100 * em_of(b, op):.0f}"
 
-                P(f"| {SHORT[name]} | {first} | {tname} | {100 * len(fired[0]) / len(parts[0]):.0f} \\| "
-                  f"{100 * len(fired[1]) / len(parts[1]):.0f} | {pair(*fired, first)} | {pair(*quiet, first)} | " +
-                  " | ".join(pair(*fired, op) for op in OPS) + " |")
+                P(
+                    f"| {SHORT[name]} | {first} | {tname} | {100 * len(fired[0]) / len(parts[0]):.0f} \\| "
+                    f"{100 * len(fired[1]) / len(parts[1]):.0f} | {pair(*fired, first)} | {pair(*quiet, first)} | "
+                    + " | ".join(pair(*fired, op) for op in OPS)
+                    + " |"
+                )
     P()
     P("When RETRIEVE's answer is suspect / not suspect, EM of every operator on those questions (all questions):")
     P()
     P("| set | RETRIEVE answer | n | " + " | ".join(OPS) + " | oracle |")
     P("|---|---|---|" + "---|" * (len(OPS) + 1))
     for name in SETS:
-        for lab, f in (("suspect", lambda q: q["ops"]["standard-rag"]["suspect"]),
-                       ("not suspect", lambda q: not q["ops"]["standard-rag"]["suspect"])):
+        for lab, f in (
+            ("suspect", lambda q: q["ops"]["standard-rag"]["suspect"]),
+            ("not suspect", lambda q: not q["ops"]["standard-rag"]["suspect"]),
+        ):
             sel = [q for q in data[name] if f(q)]
             orc = 100 * np.mean([max(q["ops"][op]["em"] for op in OPS) for q in sel]) if sel else 0
-            P(f"| {SHORT[name]} | {lab} | {len(sel)} | " + " | ".join(f"{100 * em_of(sel, op):.1f}" for op in OPS) + f" | {orc:.1f} |")
+            P(
+                f"| {SHORT[name]} | {lab} | {len(sel)} | "
+                + " | ".join(f"{100 * em_of(sel, op):.1f}" for op in OPS)
+                + f" | {orc:.1f} |"
+            )
     P()
 
     # ---------------------------------------------------------------- 3. features
@@ -657,7 +767,11 @@ def main():
         for q in data[name]:
             g[q["type"]].append(q)
         for t in sorted(g, key=str):
-            P(f"| {SHORT[name]} | {t} | {len(g[t])} | " + " | ".join(f"{100 * em_of(g[t], op):.1f}" for op in OPS) + " |")
+            P(
+                f"| {SHORT[name]} | {t} | {len(g[t])} | "
+                + " | ".join(f"{100 * em_of(g[t], op):.1f}" for op in OPS)
+                + " |"
+            )
     P()
 
     # ---------------------------------------------------------------- 4. candidates
@@ -667,25 +781,33 @@ def main():
     for scope in scopes:
         P(f"## 4.{scopes.index(scope) + 1} Candidates fitted on calibration scope '{scope}'")
         P()
-        P({"own": "Fitted on the set's own first 50 questions.",
-           "pooled": "Fitted on the first 50 questions of all three sets together (150).",
-           "others": "Fitted on the first 50 questions of the two other sets only (100): the set is 'unseen'."}[scope])
+        P(
+            {
+                "own": "Fitted on the set's own first 50 questions.",
+                "pooled": "Fitted on the first 50 questions of all three sets together (150).",
+                "others": "Fitted on the first 50 questions of the two other sets only (100): the set is 'unseen'.",
+            }[scope]
+        )
         P()
         for name in SETS:
             qs = data[name]
             held = [q for q in qs if q["idx"] >= CAL]
             own_cal = [q for q in qs if q["idx"] < CAL]
-            cal = {"own": own_cal,
-                   "pooled": [q for s in SETS for q in data[s] if q["idx"] < CAL],
-                   "others": [q for s in SETS if s != name for q in data[s] if q["idx"] < CAL]}[scope]
+            cal = {
+                "own": own_cal,
+                "pooled": [q for s in SETS for q in data[s] if q["idx"] < CAL],
+                "others": [q for s in SETS if s != name for q in data[s] if q["idx"] < CAL],
+            }[scope]
             ref_cal = best_fixed(own_cal)  # the comparison is always the set's own calibration pick
             ref_hind = best_fixed(held)
             bi = boot_idx(len(held), SEED)
             orc = np.array([max(q["ops"][op]["em"] for op in OPS) for q in held])
             e_cal = np.array([q["ops"][ref_cal]["em"] for q in held])
             e_hind = np.array([q["ops"][ref_hind]["em"] for q in held])
-            P(f"### {name} (held-back n={len(held)}; best fixed on own calibration: {ref_cal} "
-              f"{100 * e_cal.mean():.1f}; in hindsight: {ref_hind} {100 * e_hind.mean():.1f}; oracle {100 * orc.mean():.1f})")
+            P(
+                f"### {name} (held-back n={len(held)}; best fixed on own calibration: {ref_cal} "
+                f"{100 * e_cal.mean():.1f}; in hindsight: {ref_hind} {100 * e_hind.mean():.1f}; oracle {100 * orc.mean():.1f})"
+            )
             P()
             P("| candidate | EM | s/q | vs cal | vs hind | right % | fitted choice |")
             P("|---|---|---|---|---|---|---|")
@@ -700,7 +822,9 @@ def main():
                 d_h = paired_interval(em - e_hind, bi)
                 right = 100 * np.mean(em == orc)
                 summary[(scope, cname)][name] = (100 * em.mean(), sec, d_cal, d_h)
-                P(f"| {cname} | {100 * em.mean():.1f} | {sec:.1f} | {fmt_d(d_cal)} | {fmt_d(d_h)} | {right:.0f} | {describe(run)} |")
+                P(
+                    f"| {cname} | {100 * em.mean():.1f} | {sec:.1f} | {fmt_d(d_cal)} | {fmt_d(d_h)} | {right:.0f} | {describe(run)} |"
+                )
             P()
 
     # ---------------------------------------------------------------- 5. summary
@@ -722,12 +846,15 @@ def main():
             nsig += dh[1] > 0
         P(f"| {scope} | {cname} | " + " | ".join(cells) + f" | {n3c} | {n3h} | {nsig} |")
     P()
-    win_h = sorted({c for (sc, c), per in summary.items()
-                    if sum(per[s][3][0] >= 0.03 - 1e-9 for s in SETS) >= 2})
-    win_c = sorted({f"{c} ({sc})" for (sc, c), per in summary.items()
-                    if sum(per[s][2][0] >= 0.03 - 1e-9 for s in SETS) >= 2})
-    P("Candidates with +3 EM or more on at least two sets against the hindsight-best fixed operator: "
-      + (", ".join(win_h) if win_h else "none") + ".")
+    win_h = sorted({c for (sc, c), per in summary.items() if sum(per[s][3][0] >= 0.03 - 1e-9 for s in SETS) >= 2})
+    win_c = sorted(
+        {f"{c} ({sc})" for (sc, c), per in summary.items() if sum(per[s][2][0] >= 0.03 - 1e-9 for s in SETS) >= 2}
+    )
+    P(
+        "Candidates with +3 EM or more on at least two sets against the hindsight-best fixed operator: "
+        + (", ".join(win_h) if win_h else "none")
+        + "."
+    )
     P("Against the fixed operator picked on the calibration sample: " + (", ".join(win_c) if win_c else "none") + ".")
     P()
 

@@ -34,10 +34,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{records} exists: nothing seeded")
         return 0
     source = HERE / "results" / "runs" / args.set / "records.jsonl"
-    seeded = [line for line in source.read_text(encoding="utf-8").splitlines() if _wanted(json.loads(line), args.sample)]
+    seeded = [
+        line for line in source.read_text(encoding="utf-8").splitlines() if _wanted(json.loads(line), args.sample)
+    ]
     args.out.mkdir(parents=True, exist_ok=True)
     records.write_text("".join(line + "\n" for line in seeded), encoding="utf-8")
-    (args.out / "reused.json").write_text(json.dumps({"from": str(source.relative_to(HERE.parent)), "commit": "98bc659", "operators": list(REUSED), "records": len(seeded)}, indent=2) + "\n")
+    (args.out / "reused.json").write_text(
+        json.dumps(
+            {
+                "from": str(source.relative_to(HERE.parent)),
+                "commit": "98bc659",
+                "operators": list(REUSED),
+                "records": len(seeded),
+            },
+            indent=2,
+        )
+        + "\n"
+    )
     print(f"seeded {records} with {len(seeded)} records of {', '.join(REUSED)} from {source}")
     return 0
 

@@ -37,8 +37,12 @@ SEED, RESAMPLES = 20261205, 10000
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=Path, default=HERE / "results" / "runs", help="the benchmark of record's run folders")
-    parser.add_argument("--stats", type=Path, default=HERE / "results" / "statistics", help="make bench-statistics' output folder")
+    parser.add_argument(
+        "--runs", type=Path, default=HERE / "results" / "runs", help="the benchmark of record's run folders"
+    )
+    parser.add_argument(
+        "--stats", type=Path, default=HERE / "results" / "statistics", help="make bench-statistics' output folder"
+    )
     parser.add_argument("--docs", type=Path, help="a markdown file whose STATISTICS markers receive the tables")
     args = parser.parse_args(argv)
     text = report(args.runs, args.stats)
@@ -53,7 +57,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def read(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.exists() else []
+    return (
+        [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if path.exists()
+        else []
+    )
 
 
 def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -74,12 +82,19 @@ def paired_diff(a: list[float], b: list[float]) -> tuple[float, float, float]:
 
 def pareto(points: dict[str, tuple[float, float]]) -> set[str]:
     """Names no other point beats on EM (higher) and seconds (lower) at once."""
-    return {n for n, (em, s) in points.items() if not any(e2 >= em and s2 <= s and (e2, s2) != (em, s) for e2, s2 in points.values())}
+    return {
+        n
+        for n, (em, s) in points.items()
+        if not any(e2 >= em and s2 <= s and (e2, s2) != (em, s) for e2, s2 in points.values())
+    }
 
 
 def calibration(stats: Path) -> list[str]:
     """What `nlqo analyze` measured on each set's first 50: per operator and question class."""
-    out = ["| set | operator | class | n | EM % [95%] | supported % | s/question | LLM calls |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| set | operator | class | n | EM % [95%] | supported % | s/question | LLM calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name in SETS:
         path = stats / name / "statistics.json"
         if not path.exists():
@@ -88,12 +103,17 @@ def calibration(stats: Path) -> list[str]:
         for op in sorted(data):
             for kind in ("all", *sorted(k for k in data[op] if k != "all")):
                 x = data[op][kind]
-                out.append(f"| {name} | {op} | {kind} | {x['n']} | {x['em'] * 100:.1f} [{x['em_low'] * 100:.0f}, {x['em_high'] * 100:.0f}] | {x['supported'] * 100:.0f} | {x['seconds']:.1f} | {x['llm_calls']:.2f} |")
+                out.append(
+                    f"| {name} | {op} | {kind} | {x['n']} | {x['em'] * 100:.1f} [{x['em_low'] * 100:.0f}, {x['em_high'] * 100:.0f}] | {x['supported'] * 100:.0f} | {x['seconds']:.1f} | {x['llm_calls']:.2f} |"
+                )
     return out + [""]
 
 
 def report(runs: Path, stats: Path) -> str:
-    out = calibration(stats) + ["| set | n | strategy | EM % [95%] | s/question | on the Pareto front |", "|---|---|---|---|---|---|"]
+    out = calibration(stats) + [
+        "| set | n | strategy | EM % [95%] | s/question | on the Pareto front |",
+        "|---|---|---|---|---|---|",
+    ]
     gains, qerrors, chosen, replay = [], [], [], []
     for name in SETS:
         held = read(stats / name / "heldout" / "records.jsonl")
@@ -107,28 +127,60 @@ def report(runs: Path, stats: Path) -> str:
         if not qids:
             continue
         rows = {"auto (statistics)": [auto[q] for q in qids]}
-        rows |= {f"{s} (record)" if s != "auto" else "auto (structural, record)": [recorded[s][q] for q in qids] for s in FIXED}
+        rows |= {
+            f"{s} (record)" if s != "auto" else "auto (structural, record)": [recorded[s][q] for q in qids]
+            for s in FIXED
+        }
         points = {k: (mean(v, "em"), mean(v, "seconds")) for k, v in rows.items()}
         front = pareto(points)
         for k, v in rows.items():
             lo, hi = wilson(sum(r["em"] for r in v), len(v))
-            out.append(f"| {name} | {len(v)} | {k} | {points[k][0] * 100:.1f} [{lo * 100:.0f}, {hi * 100:.0f}] | {points[k][1]:.1f} | {'yes' if k in front else ''} |")
-        best = max(FIXED, key=lambda s: (points[f"{s} (record)" if s != "auto" else "auto (structural, record)"][0]))
+            out.append(
+                f"| {name} | {len(v)} | {k} | {points[k][0] * 100:.1f} [{lo * 100:.0f}, {hi * 100:.0f}] | {points[k][1]:.1f} | {'yes' if k in front else ''} |"
+            )
+        best = max(FIXED, key=lambda s: points[f"{s} (record)" if s != "auto" else "auto (structural, record)"][0])
         best_rows = rows[f"{best} (record)" if best != "auto" else "auto (structural, record)"]
-        ratio = mean([auto[q] for q in paired], "seconds") / mean([same_run[q] for q in paired], "seconds") if paired else float("nan")
+        ratio = (
+            mean([auto[q] for q in paired], "seconds") / mean([same_run[q] for q in paired], "seconds")
+            if paired
+            else float("nan")
+        )
         same_answers = sum(same_run[q]["answer"] == recorded["iter-retgen"][q]["answer"] for q in paired)
-        gains.append((name, best, paired_diff([r["em"] for r in rows["auto (statistics)"]], [r["em"] for r in best_rows]), ratio, len(paired), same_answers))
+        gains.append(
+            (
+                name,
+                best,
+                paired_diff([r["em"] for r in rows["auto (statistics)"]], [r["em"] for r in best_rows]),
+                ratio,
+                len(paired),
+                same_answers,
+            )
+        )
         q = [c["q_error"] for r in rows["auto (statistics)"] if (c := choice(r)) and c.get("q_error")]
         qerrors.append((name, q))
         chosen.append((name, Counter(operator(r) or "?" for r in rows["auto (statistics)"])))
-        same = [r["answer"] == recorded[RECORDED[op]][r["qid"]]["answer"] for r in rows["auto (statistics)"] if (op := operator(r)) in RECORDED]
+        same = [
+            r["answer"] == recorded[RECORDED[op]][r["qid"]]["answer"]
+            for r in rows["auto (statistics)"]
+            if (op := operator(r)) in RECORDED
+        ]
         replay.append((name, sum(same), len(same)))
-    out += ["", "| set | best fixed operator (record) | auto minus best, EM points [paired 95%] | auto s / iter-retgen s, same run (n) | iter-retgen answers equal to its record |", "|---|---|---|---|---|"]
-    out += [f"| {n} | {b} | {d:+.1f} [{lo:+.1f}, {hi:+.1f}] | {ratio:.2f} ({k}) | {same}/{k} |" for n, b, (d, lo, hi), ratio, k, same in gains]
+    out += [
+        "",
+        "| set | best fixed operator (record) | auto minus best, EM points [paired 95%] | auto s / iter-retgen s, same run (n) | iter-retgen answers equal to its record |",
+        "|---|---|---|---|---|",
+    ]
+    out += [
+        f"| {n} | {b} | {d:+.1f} [{lo:+.1f}, {hi:+.1f}] | {ratio:.2f} ({k}) | {same}/{k} |"
+        for n, b, (d, lo, hi), ratio, k, same in gains
+    ]
     out += ["", "| set | q-error median | q-error p90 | n |", "|---|---|---|---|"]
     out += [f"| {n} | {statistics.median(q):.2f} | {np.percentile(q, 90):.2f} | {len(q)} |" for n, q in qerrors if q]
     out += ["", "| set | operators auto chose | answers equal to the chosen operator's record |", "|---|---|---|"]
-    out += [f"| {n} | {', '.join(f'{k} {v}' for k, v in c.most_common())} | {s}/{t} |" for (n, c), (_, s, t) in zip(chosen, replay)]
+    out += [
+        f"| {n} | {', '.join(f'{k} {v}' for k, v in c.most_common())} | {s}/{t} |"
+        for (n, c), (_, s, t) in zip(chosen, replay)
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -1,3 +1,4 @@
 from nlqo.cli import main
 import sys
+
 sys.exit(main())

@@ -56,7 +56,9 @@ def load_embedder(name: str) -> "Embedder":
     return SentenceEmbedder.load(name)
 
 
-def build_optimizer(config: EngineConfig, *, llm: "LLM | None" = None, embedder: "Embedder | None" = None) -> "Optimizer":
+def build_optimizer(
+    config: EngineConfig, *, llm: "LLM | None" = None, embedder: "Embedder | None" = None
+) -> "Optimizer":
     """The optimizer ``config`` describes; ``llm`` is asked about undecided atom pairs.
 
     An embedder is loaded (``config.embedder``, default all-minilm-l6-v2) only when the cost model

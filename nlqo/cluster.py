@@ -46,7 +46,9 @@ class ClusterSpec:
         """
         match = _SPEC.match(text.strip())
         if match is None or match["n"] == "0":
-            raise ConfigError(f"--cluster wants local:N (N >= 1 worker processes here) or tcp://HOST:PORT (a running Dask scheduler), not {text!r}")
+            raise ConfigError(
+                f"--cluster wants local:N (N >= 1 worker processes here) or tcp://HOST:PORT (a running Dask scheduler), not {text!r}"
+            )
         return cls(workers=int(match["n"])) if match["n"] else cls(address=match["address"])
 
     def __str__(self) -> str:
@@ -147,8 +149,13 @@ def connect(spec: ClusterSpec, *, timeout_s: float = 120.0) -> Iterator[Connecti
         if spec.workers:
             cluster = stack.enter_context(
                 LocalCluster(
-                    n_workers=spec.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                    dashboard_address=None, env=worker_env(), silence_logs=logging.ERROR,
+                    n_workers=spec.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                    env=worker_env(),
+                    silence_logs=logging.ERROR,
                 )  # fmt: skip
             )
             client = stack.enter_context(Client(cluster))

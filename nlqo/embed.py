@@ -61,7 +61,9 @@ def bundled_path(name: str) -> Path:
         )
     path = Path(spec.submodule_search_locations[0]) / bundled.subdir
     if not (path / bundled.weights).is_file():
-        raise ModelNotAvailable(f"embedder {name!r}: {path / bundled.weights} is missing; reinstall {bundled.requirement}")
+        raise ModelNotAvailable(
+            f"embedder {name!r}: {path / bundled.weights} is missing; reinstall {bundled.requirement}"
+        )
     return path
 
 
@@ -116,7 +118,9 @@ class SentenceEmbedder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as exc:  # pragma: no cover - a dependency of nlqo
-            raise ModelNotAvailable(f"sentence-transformers is not installed: pip install sentence-transformers ({exc})") from exc
+            raise ModelNotAvailable(
+                f"sentence-transformers is not installed: pip install sentence-transformers ({exc})"
+            ) from exc
         tame_transformers()  # the CLI's log file gets its messages and its "Loading weights" bar
         try:
             model = SentenceTransformer(str(path), device=device, local_files_only=True)

@@ -161,11 +161,13 @@ def dot(plan: Plan, *, costs: Mapping[str, Cost] | None = None, annotations: Map
             lines.append(f"cost={_fmt(costs[node].total)}")
         if annotations and annotations.get(node):
             lines.append(annotations[node])
-        shape = ', shape=doubleoctagon' if node == ROOT else ""
+        shape = ", shape=doubleoctagon" if node == ROOT else ""
         out.append(f'  "{_dot_escape(node)}" [label="{_dot_escape(chr(10).join(lines))}"{shape}];')
     for child, parent in plan.tree.parent:
         out.append(f'  "{_dot_escape(child)}" -> "{_dot_escape(parent)}";')
     for gone in plan.left_out:
-        out.append(f'  "{_dot_escape(gone.id)}" [label="{_dot_escape(gone.id + ": " + gone.text)}\\n(left out)", style=dashed];')
+        out.append(
+            f'  "{_dot_escape(gone.id)}" [label="{_dot_escape(gone.id + ": " + gone.text)}\\n(left out)", style=dashed];'
+        )
     out.append("}")
     return "\n".join(out)

@@ -56,7 +56,9 @@ def _template() -> str:
     return template.replace("@@CSP@@", csp)
 
 
-def entry(explain: Mapping[str, Any], *, id: str = "plan", title: str | None = None, notes: Sequence[str] = ()) -> dict[str, Any]:
+def entry(
+    explain: Mapping[str, Any], *, id: str = "plan", title: str | None = None, notes: Sequence[str] = ()
+) -> dict[str, Any]:
     """One plan of a page: its EXPLAIN dict, an id for ``#plan=ID``, a title for the picker, note lines."""
     return {"id": id, "title": title or explain.get("question") or id, "notes": list(notes), "explain": dict(explain)}
 

@@ -152,13 +152,17 @@ def _chain(max_atoms: int, ending: str, anchored: bool = False) -> list[str]:
     return rules
 
 
-def generation_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False) -> str:
+def generation_grammar(
+    max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False
+) -> str:
     """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance).
     With ``anchored`` the first atom names a constant; ``spans``: :func:`constant_terminal`."""
     return "\n".join([_rules(), *_chain(max_atoms, '"answer"', anchored), constant_terminal(question, spans=spans), ""])
 
 
-def whole_grammar(max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False) -> str:
+def whole_grammar(
+    max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False
+) -> str:
     """One grammar for a whole reply, answer line included, for servers that take a single grammar:
     the answer may name any variable (validation after the fact catches one no atom mentions)."""
     answer = '"answer " VAR' + ' (", " VAR)?' * (MAX_TARGETS - 1)
@@ -187,7 +191,7 @@ def answer_grammar(text: str, max_targets: int = MAX_TARGETS) -> str:
     targets = variables or ids
     if not targets:
         raise ValueError("a first-stage reply without atoms has nothing to answer")
-    rules = ["start: \" \" (" + " | ".join(f"t{i}" for i in range(len(targets))) + ")"]
+    rules = ['start: " " (' + " | ".join(f"t{i}" for i in range(len(targets))) + ")"]
     for i, target in enumerate(targets):
         others = [lark_literal(t) for t in targets if t != target]
         tail = f' (", " ({" | ".join(others)}))?' if others and max_targets > 1 else ""
@@ -213,7 +217,9 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
     return max_atoms * atom + (relation if max_atoms > 1 else 0) + answer
 
 
-def ir_constraint(question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = False, spans: bool = False) -> Constraint:
+def ir_constraint(
+    question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = False, spans: bool = False
+) -> Constraint:
     """The parser's constraint: :func:`generation_grammar`, then :func:`answer_grammar`."""
     return Constraint(
         generation_grammar(max_atoms, question, anchored=anchored, spans=spans),

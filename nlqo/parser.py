@@ -226,7 +226,11 @@ def parse_question(
     errors: list[str] = []
     prompt = planning.PARSE
     messages = prompt.messages(question=question)
-    constraint = ir_constraint(question, max_atoms, anchored=anchored, spans=spans) if constrained and can_constrain(llm) else None
+    constraint = (
+        ir_constraint(question, max_atoms, anchored=anchored, spans=spans)
+        if constrained and can_constrain(llm)
+        else None
+    )
     # Applied token by token, the grammar ends the reply and bounds its length; a server is given
     # the prompt's budget (servers refuse one beyond their context) and validated after the fact.
     budget = max(prompt.max_tokens, max_reply_bytes(max_atoms, question)) if token_level(llm) else prompt.max_tokens
@@ -267,14 +271,22 @@ def parse_question(
             error = anchor_error(query, ids)
             errors.append(error)
             if loose is None:
-                loose, left = (query, f"atoms {', '.join(ids)} name no entity of the question, nor share a variable with an atom that does"), anchor_repairs
+                loose, left = (
+                    (
+                        query,
+                        f"atoms {', '.join(ids)} name no entity of the question, nor share a variable with an atom that does",
+                    ),
+                    anchor_repairs,
+                )
         if left == 0:
             break
         left -= 1
         prompt = planning.REPAIR
         messages = prompt.messages(question=question, previous=text or reply.text, error=error)
     if loose is not None:
-        return _result(loose[0], question, len(attempts), usage, constraint is not None, mask_ms, decode_ms, warning=loose[1])
+        return _result(
+            loose[0], question, len(attempts), usage, constraint is not None, mask_ms, decode_ms, warning=loose[1]
+        )
     repeated = len(attempts) > 1 and attempts[-1] == attempts[-2]
     raise ParseFailure(
         f"the LLM did not write valid IR for {question!r} in {len(attempts)} attempts"
@@ -285,7 +297,15 @@ def parse_question(
 
 
 def _result(
-    query: Query, question: str, attempts: int, usage: Usage, constrained: bool, mask_ms: float, decode_ms: float, *, warning: str | None = None
+    query: Query,
+    question: str,
+    attempts: int,
+    usage: Usage,
+    constrained: bool,
+    mask_ms: float,
+    decode_ms: float,
+    *,
+    warning: str | None = None,
 ) -> ParseResult:
     """The parse result of valid IR: question attached, variables normalised, duplicate atoms merged."""
     program = Program(attrs.evolve(query, question=question))
@@ -294,5 +314,12 @@ def _result(
             program = rule(program)
     warnings = (warning,) if warning else ()
     return ParseResult(
-        program.query, render(program.query), attempts, usage, warnings + program.warnings, constrained=constrained, mask_ms=mask_ms, decode_ms=decode_ms
+        program.query,
+        render(program.query),
+        attempts,
+        usage,
+        warnings + program.warnings,
+        constrained=constrained,
+        mask_ms=mask_ms,
+        decode_ms=decode_ms,
     )

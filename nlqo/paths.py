@@ -50,7 +50,12 @@ def found(path: str | os.PathLike[str]) -> str:
         except OSError as exc:
             return f"a file that cannot be read ({exc.strerror or exc})"
         return FILE
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
         if test(info.st_mode):
             return name
     return "neither a file nor a folder"
@@ -80,4 +85,3 @@ def cache_root(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     value = env.get("NLQO_CACHE")
     return Path(value).expanduser() if value else Path.home() / ".cache" / "nlqo"
-

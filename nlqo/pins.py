@@ -29,7 +29,9 @@ def _lines_text(lines: Sequence[int]) -> str:
     return "lines " + ", ".join(map(str, shown[:-1])) + f" and {shown[-1]}"
 
 
-def check_pins(relations: Sequence[Relation], *, lines: Sequence[int | None] | None = None, source: str = "<ir>") -> None:
+def check_pins(
+    relations: Sequence[Relation], *, lines: Sequence[int | None] | None = None, source: str = "<ir>"
+) -> None:
     """Raise :class:`IRSemanticError` naming every line involved when ``relations`` contradict each other.
 
     ``lines[i]`` is the line of ``relations[i]`` (``None`` or absent for pins not read from a file).
@@ -47,7 +49,10 @@ def check_pins(relations: Sequence[Relation], *, lines: Sequence[int | None] | N
             continue
         if r.right in parent_of and parent_of[r.right][0] != r.left:
             other, j = parent_of[r.right]
-            fail(f"{r.right} is pinned under both {other} and {r.left} (a plan is a tree: an atom has one parent)", (j, i))
+            fail(
+                f"{r.right} is pinned under both {other} and {r.left} (a plan is a tree: an atom has one parent)",
+                (j, i),
+            )
         parent_of.setdefault(r.right, (r.left, i))
     for start in sorted(parent_of):
         path, seen = [start], {start}

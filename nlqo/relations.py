@@ -263,7 +263,9 @@ def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = True) -> Ask:
             if constraint is None:
                 reply = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
             else:
-                budget = max(prompt.max_tokens, max(len(k) for k in KINDS))  # a word is never cut: a token is at least a byte
+                budget = max(
+                    prompt.max_tokens, max(len(k) for k in KINDS)
+                )  # a word is never cut: a token is at least a byte
                 reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=budget)
             usage = usage + reply.usage
             if (kind := parse_kind(reply.text)) is not None:
@@ -273,7 +275,9 @@ def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = True) -> Ask:
     return ask
 
 
-def resolve(query: Query, *, ask: Ask | None = None, cache: RelationCache | None = None, undecided: str = "sibling") -> Relations:
+def resolve(
+    query: Query, *, ask: Ask | None = None, cache: RelationCache | None = None, undecided: str = "sibling"
+) -> Relations:
     """Decide every pair: pinned and inferred first, then the cache, then ``ask``.
 
     Pairs still undecided (no asker, or an unreadable reply) get ``undecided``.

@@ -25,7 +25,9 @@ def builtin_dir(kind: str) -> Path:
     for candidate in (_PACKAGE / "_data" / kind, _PACKAGE.parent / kind):
         if candidate.is_dir():
             return candidate
-    raise ConfigError(f"nlqo's built-in {kind}/ folder is missing (looked in {_PACKAGE / '_data'} and {_PACKAGE.parent})")
+    raise ConfigError(
+        f"nlqo's built-in {kind}/ folder is missing (looked in {_PACKAGE / '_data'} and {_PACKAGE.parent})"
+    )
 
 
 def search_path(extra: Sequence[str | Path] = (), env: Mapping[str, str] | None = None) -> tuple[Path, ...]:

@@ -25,7 +25,10 @@ def write_error(path: str | os.PathLike[str], exc: OSError, kept: str) -> WriteE
     file = os.fsdecode(exc.filename) if exc.filename else os.fspath(path)
     reason = exc.strerror or str(exc)
     if exc.errno in NO_SPACE:
-        return WriteError(f"disk full while writing {file}: {reason}; {kept} (free some space and run the same command again)", path=file)
+        return WriteError(
+            f"disk full while writing {file}: {reason}; {kept} (free some space and run the same command again)",
+            path=file,
+        )
     return WriteError(f"cannot write {file}: {reason}; {kept}", path=file)
 
 
@@ -44,4 +47,8 @@ def writing(path: str | os.PathLike[str], kept: str) -> Iterator[None]:
 
 def kept_index(target: Path) -> str:
     """What a failed build keeps in ``target``: the old index, or nothing."""
-    return f"the old index in {target} is kept" if (target / "manifest.json").is_file() else f"nothing was written to {target}"
+    return (
+        f"the old index in {target} is kept"
+        if (target / "manifest.json").is_file()
+        else f"nothing was written to {target}"
+    )

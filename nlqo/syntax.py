@@ -30,21 +30,21 @@ _ERROR_EXAMPLES: dict[str, list[str]] = {
     "missing comma between the terms of a triple": [
         'q1 = (?a "p", ?b)',
         'q1 = (?a, "p" ?b)',
-        'q1 = (?a ?b, ?c)',
+        "q1 = (?a ?b, ?c)",
     ],
     "a triple needs exactly three terms: (subject, predicate, object)": [
         'q1 = (?a, "p")',
         'q1 = (?a, "p", ?b, ?c)',
-        'q1 = (?a)',
+        "q1 = (?a)",
         "q1 = ()",
     ],
     "missing closing parenthesis after the object": ['q1 = (?a, "p", ?b', 'q1 = (?a, "p", ?b\n'],
     "an atom is written id = (subject, predicate, object)": ['q1 (?a, "p", ?b)', 'q1 = ?a, "p", ?b', "q1 = ", "q1"],
-    "a term is a ?variable or a \"quoted string\"": [
-        "q1 = (a, \"p\", ?b)",
-        'q1 = (?a, p, ?b)',
+    'a term is a ?variable or a "quoted string"': [
+        'q1 = (a, "p", ?b)',
+        "q1 = (?a, p, ?b)",
         'q1 = (?a, "p", b)',
-        "q1 = (?, \"p\", ?b)",
+        'q1 = (?, "p", ?b)',
     ],
     "unterminated or malformed string (strings are double-quoted, one line, JSON escapes)": [
         'q1 = (?a, "p, ?b)',
@@ -58,8 +58,13 @@ _ERROR_EXAMPLES: dict[str, list[str]] = {
         "relation parent q2",
         "relation",
     ],
-    "the question is written: question \"text\"": ["question What is it?", "question"],
-    "the answer is written: answer ?variable or answer ATOM_ID (several: answer ?a, ?b)": ["answer", 'answer "x"', "answer ?a ?b", "answer ?a,"],
+    'the question is written: question "text"': ["question What is it?", "question"],
+    "the answer is written: answer ?variable or answer ATOM_ID (several: answer ?a, ?b)": [
+        "answer",
+        'answer "x"',
+        "answer ?a ?b",
+        "answer ?a,",
+    ],
     "one statement a line: put a line break between statements": [
         'q1 = (?a, "p", ?b) q2 = (?a, "p", ?b)',
         "answer ?a answer ?b",
@@ -67,9 +72,9 @@ _ERROR_EXAMPLES: dict[str, list[str]] = {
     ],
     "unknown statement: expected question, an atom (id = (s, p, o)), relation or answer": [
         "select ?a",
-        "= (?a, \"p\", ?b)",
-        "(?a, \"p\", ?b)",
-        "1q = (?a, \"p\", ?b)",
+        '= (?a, "p", ?b)',
+        '(?a, "p", ?b)',
+        '1q = (?a, "p", ?b)',
         '"x"',
     ],
 }
@@ -142,7 +147,9 @@ def parse(text: str, *, source: str = "<ir>") -> Query:
         if isinstance(exc.orig_exc, IRSyntaxError):
             e = exc.orig_exc
             shown = _lines(text)[e.line - 1] if 0 < e.line <= len(_lines(text)) else ""
-            raise IRSyntaxError(e.args[0].split(": ", 1)[1], line=e.line, column=e.column, label=e.label, text=shown, source=source) from None
+            raise IRSyntaxError(
+                e.args[0].split(": ", 1)[1], line=e.line, column=e.column, label=e.label, text=shown, source=source
+            ) from None
         raise
     return _build(statements, source)
 
@@ -168,15 +175,26 @@ def parse_bytes(data: bytes, *, source: str = "<ir>") -> Query:
     if b"\x00" in data:
         line = data.count(b"\n", 0, data.index(b"\x00")) + 1
         column = data.index(b"\x00") - (data.rfind(b"\n", 0, data.index(b"\x00")) + 1) + 1
-        raise IRSyntaxError("a NUL byte: this is a binary file, not IR text", line=line, column=column, label="binary file", text="", source=source)
+        raise IRSyntaxError(
+            "a NUL byte: this is a binary file, not IR text",
+            line=line,
+            column=column,
+            label="binary file",
+            text="",
+            source=source,
+        )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         good = data[: exc.start].decode("utf-8", errors="replace")
         line = good.count("\n") + 1
         shown = good.rsplit("\n", 1)[-1]
-        message = f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8\n{pointer(shown, len(shown) + 1)}"
-        raise IRSyntaxError(message, line=line, column=len(shown) + 1, label="not UTF-8 text", text=shown, source=source) from None
+        message = (
+            f"not UTF-8 text (byte 0x{data[exc.start]:02x}); save the file as UTF-8\n{pointer(shown, len(shown) + 1)}"
+        )
+        raise IRSyntaxError(
+            message, line=line, column=len(shown) + 1, label="not UTF-8 text", text=shown, source=source
+        ) from None
     return parse(text, source=source)
 
 
@@ -196,7 +214,9 @@ def _syntax_error(exc: lark.UnexpectedInput, text: str, source: str) -> IRSyntax
         line, column = len(lines), len(lines[-1]) + 1
     lines = _lines(text)
     shown = lines[line - 1].rstrip("\r") if 0 < line <= len(lines) else ""
-    return IRSyntaxError(f"{label}\n{pointer(shown, column)}", line=line, column=column, label=label, text=shown, source=source)
+    return IRSyntaxError(
+        f"{label}\n{pointer(shown, column)}", line=line, column=column, label=label, text=shown, source=source
+    )
 
 
 def pointer(line: str, column: int, width: int = 120) -> str:
@@ -250,7 +270,11 @@ def _match(exc: lark.UnexpectedInput) -> str | None:
         if example.state != exc.state:
             continue
         tokens = (lark.UnexpectedToken, lark.UnexpectedEOF)
-        if isinstance(exc, lark.UnexpectedToken) and isinstance(example, lark.UnexpectedToken) and example.accepts != exc.accepts:
+        if (
+            isinstance(exc, lark.UnexpectedToken)
+            and isinstance(example, lark.UnexpectedToken)
+            and example.accepts != exc.accepts
+        ):
             continue
         if isinstance(exc, tokens) and isinstance(example, tokens) and example.token == exc.token:
             return label
@@ -277,7 +301,7 @@ def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
         else:
             relations.append((line, value))  # type: ignore[arg-type]
     if not atoms:
-        raise IRSemanticError("no atoms: write at least one line like q1 = (?x, \"predicate\", \"object\")", source=source)
+        raise IRSemanticError('no atoms: write at least one line like q1 = (?x, "predicate", "object")', source=source)
     counts = Counter(a.id for _, a in atoms)
     for line, a in atoms:
         if counts[a.id] > 1:
@@ -286,7 +310,9 @@ def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
     for line, r in relations:
         for ref in (r.left, r.right):
             if ref not in ids:
-                raise IRSemanticError(f"relation names unknown atom {ref!r} (atoms: {', '.join(sorted(ids))})", line=line, source=source)
+                raise IRSemanticError(
+                    f"relation names unknown atom {ref!r} (atoms: {', '.join(sorted(ids))})", line=line, source=source
+                )
         if r.left == r.right:
             raise IRSemanticError(f"relation of atom {r.left!r} with itself", line=line, source=source)
     check_pins([r for _, r in relations], lines=[line for line, _ in relations], source=source)
@@ -296,7 +322,9 @@ def _build(statements: list[tuple[str, int, object]], source: str) -> Query:
     for target in targets:
         if isinstance(target, Var):
             if not any(target.name in a.variables for _, a in atoms):
-                raise IRSemanticError(f"answer variable {target} is not mentioned by any atom", line=line, source=source)
+                raise IRSemanticError(
+                    f"answer variable {target} is not mentioned by any atom", line=line, source=source
+                )
         elif target not in ids:
             raise IRSemanticError(f"answer names unknown atom {target!r}", line=line, source=source)
     if len(set(targets)) != len(targets):

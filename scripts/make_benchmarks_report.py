@@ -1,6 +1,6 @@
 """Regenerate docs/benchmarks.md from bench result folders (the same as ``nlqo bench --report``).
 
-    python scripts/make_benchmarks_report.py results/hotpotqa results/2wiki results/musique
+python scripts/make_benchmarks_report.py results/hotpotqa results/2wiki results/musique
 """
 
 from __future__ import annotations

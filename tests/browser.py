@@ -43,7 +43,9 @@ class Page:
     def __init__(self, ws_url: str):
         import websocket
 
-        self.ws = websocket.create_connection(ws_url, timeout=TIMEOUT, suppress_origin=True, http_no_proxy=["127.0.0.1", "localhost"])
+        self.ws = websocket.create_connection(
+            ws_url, timeout=TIMEOUT, suppress_origin=True, http_no_proxy=["127.0.0.1", "localhost"]
+        )
         self._id = 0
         self.events: list[dict[str, Any]] = []
         for domain in ("Page", "Runtime", "Log", "Network"):
@@ -113,7 +115,14 @@ class Page:
             raise LookupError(f"no element matches {selector!r}")
         x, y = box
         for kind in ("mouseMoved", "mousePressed", "mouseReleased"):
-            self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left" if kind != "mouseMoved" else "none", clickCount=1)
+            self.send(
+                "Input.dispatchMouseEvent",
+                type=kind,
+                x=x,
+                y=y,
+                button="left" if kind != "mouseMoved" else "none",
+                clickCount=1,
+            )
 
     def press(self, key: str, code: str | None = None) -> None:
         """Press and release a key (``Enter``, say) on the focused element."""
@@ -139,7 +148,9 @@ class Page:
         for e in self.events:
             method, p = e.get("method"), e.get("params", {})
             if method == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append("console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+                out.append(
+                    "console: " + " ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", []))
+                )
             elif method == "Runtime.exceptionThrown":
                 out.append("exception: " + json.dumps(p.get("exceptionDetails", {}))[:500])
             elif method == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
@@ -166,7 +177,14 @@ class Chromium:
         self.log = self.home / "stderr.log"
         with open(self.log, "w") as log:
             self.process = subprocess.Popen(
-                [self.executable, *FLAGS, f"--user-data-dir={self.home / 'profile'}", "--remote-debugging-port=0", "--remote-debugging-address=127.0.0.1", "about:blank"],
+                [
+                    self.executable,
+                    *FLAGS,
+                    f"--user-data-dir={self.home / 'profile'}",
+                    "--remote-debugging-port=0",
+                    "--remote-debugging-address=127.0.0.1",
+                    "about:blank",
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=log,

@@ -118,7 +118,9 @@ def llama_server_binary() -> Path:
 
 
 @contextlib.contextmanager
-def run_slot_server(slots: int, *, threads: int = 2, ctx_per_slot: int = 2048, startup_timeout_s: float = 180.0) -> Iterator[str]:
+def run_slot_server(
+    slots: int, *, threads: int = 2, ctx_per_slot: int = 2048, startup_timeout_s: float = 180.0
+) -> Iterator[str]:
     """Start llama.cpp's server with ``slots`` slots on SmolLM2 through scripts/serve-llama.sh, as a
     user would; yield its base URL (the model answers to ``MODEL_ALIAS``)."""
     binary, gguf = llama_server_binary(), smollm2_gguf()

@@ -39,7 +39,17 @@ def setup(tmp_path) -> dict[str, Path]:
 
 
 def analyze(setup, *extra: str) -> list[str]:
-    return ["analyze", "--index", str(setup["index"]), "--questions", str(setup["questions"]), "--model", MODEL, "--quiet", *extra]
+    return [
+        "analyze",
+        "--index",
+        str(setup["index"]),
+        "--questions",
+        str(setup["questions"]),
+        "--model",
+        MODEL,
+        "--quiet",
+        *extra,
+    ]
 
 
 def test_analyze_then_ask_and_explain_choose_by_the_statistics(setup, capsys):
@@ -49,24 +59,65 @@ def test_analyze_then_ask_and_explain_choose_by_the_statistics(setup, capsys):
     assert {op: s["all"]["n"] for op, s in stats["operators"].items()} == {"retrieve": 2, "iterate": 2}
     assert stats["sample"]["ids"] == ["q1", "q2"]
     capsys.readouterr()
-    assert main(["explain", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "--analyze", "--format", "json", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "Who wrote The Hobbit?",
+                "--index",
+                str(setup["index"]),
+                "--model",
+                MODEL,
+                "--analyze",
+                "--format",
+                "json",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     physical = json.loads(capsys.readouterr().out)["physical"]
     choice = physical["choice"]
     assert choice["statistics"].startswith(str(setup["index"] / "statistics.json"))
-    assert {c["operator"] for c in choice["candidates"]} == {"retrieve", "iterate"} and physical["operator"] == choice["operator"]
+    assert {c["operator"] for c in choice["candidates"]} == {"retrieve", "iterate"} and physical["operator"] == choice[
+        "operator"
+    ]
     assert choice["skipped"].startswith("no parse") and choice["q_error"] >= 1
-    assert main(["ask", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "--json", "--quiet"]) == 0
+    assert (
+        main(["ask", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "--json", "--quiet"])
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["strategy"] == "auto"
 
 
 def test_statistics_of_another_setup_are_refused_with_the_difference_and_the_fix(setup, capsys):
     assert main(analyze(setup, "--sample", "1", "--operators", "retrieve")) == 0
     capsys.readouterr()
-    assert main(["ask", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "-k", "2", "--quiet"]) == 2
+    assert (
+        main(["ask", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "-k", "2", "--quiet"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "measured with k 3, not 2" in err and "nlqo analyze --index DIR --questions FILE" in err
     # a forced operator does not choose by statistics, so nothing is refused
-    assert main(["ask", "Who wrote The Hobbit?", "--index", str(setup["index"]), "--model", MODEL, "-k", "2", "--strategy", "retrieve", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "ask",
+                "Who wrote The Hobbit?",
+                "--index",
+                str(setup["index"]),
+                "--model",
+                MODEL,
+                "-k",
+                "2",
+                "--strategy",
+                "retrieve",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
 def test_a_killed_analyze_resumes_with_every_run_once(setup):

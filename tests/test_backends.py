@@ -15,7 +15,7 @@ from nlqo.llm.scripted import ScriptedLLM
 from nlqo.llm.session import TextSession, open_session
 from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
 
-PACKAGE = '''
+PACKAGE = """
 from nlqo.llm.base import Capabilities, Completion, Usage
 
 class EchoLLM:
@@ -35,7 +35,7 @@ class EchoLLM:
 
 def load(spec, **options):
     return EchoLLM(spec, options)
-'''
+"""
 
 
 @pytest.fixture
@@ -54,13 +54,19 @@ def echo_package(tmp_path, monkeypatch):
 def test_a_backend_package_is_found_by_its_entry_point(echo_package):
     assert "echo" in backends() and "openai" in backends()
     llm = load_llm("echo:some-model", quantize="int8", threads=2)
-    assert (llm.name, llm.spec, llm.options) == ("echo", "some-model", {"runtime": "auto", "quantize": "int8", "threads": 2})
+    assert (llm.name, llm.spec, llm.options) == (
+        "echo",
+        "some-model",
+        {"runtime": "auto", "quantize": "int8", "threads": 2},
+    )
 
 
 def test_the_engine_reads_a_backends_declared_capabilities(echo_package, monkeypatch):
     from nlqo import Engine
 
-    engine = Engine.from_config(EngineConfig(model="echo:m", measure_costs=False), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(
+        EngineConfig(model="echo:m", measure_costs=False), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()
+    )
     assert engine.llm.name == "echo" and engine.profile.concurrency == 4 and engine.profile.kv_reuse is False
 
 
@@ -123,12 +129,15 @@ def test_the_local_and_server_backends_declare_their_capabilities():
     from nlqo.llm.openai_compat import OpenAICompatLLM
 
     # nothing listens on port 1: no slots reported, concurrency 1
-    assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(server_slots=True, cache_identity=True)
+    assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(
+        server_slots=True, cache_identity=True
+    )
     told = OpenAICompatLLM("http://127.0.0.1:1", "m", grammar_field="grammar")
     assert told.capabilities == Capabilities(server_slots=True, cache_identity=True, constraint="server")
     try:
         from nlqo.llm.local import TransformersLLM
     except ImportError:  # pragma: no cover - torch is a dependency
         pytest.skip("torch is not installed")
-    assert TransformersLLM.capabilities == Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint="tokens")
-
+    assert TransformersLLM.capabilities == Capabilities(
+        prefix_cache=True, session=True, fork=True, concurrency=1, constraint="tokens"
+    )

@@ -69,7 +69,10 @@ def odd_paths(root: Path) -> dict[str, tuple[Path, str]]:
         "a broken symlink": (root / "broken", f"a broken symlink (to {root / 'gone'})"),
         "a FIFO": (root / "fifo", "a FIFO"),
         "a missing path": (root / "missing", "nothing (no such file or folder)"),
-        "a path under a file": (root / "notes.txt" / "idx", f"nothing: {root / 'notes.txt'} is a file, so nothing can be under it"),
+        "a path under a file": (
+            root / "notes.txt" / "idx",
+            f"nothing: {root / 'notes.txt'} is a file, so nothing can be under it",
+        ),
         "an empty folder": (root / "empty", "a folder"),
         "another program's folder": (other, "a folder"),
     }
@@ -102,20 +105,43 @@ def test_an_index_path_of_the_wrong_kind_is_refused_naming_it(fake_models, capsy
     if kind not in paths:
         pytest.skip(f"{UNREADABLE} is not on this system")
     path, what = paths[kind]
-    code, err = run(capsys, command, "Who wrote The Hobbit?", "--index", path, *(("--quiet",) if command == "ask" else ()))
+    code, err = run(
+        capsys, command, "Who wrote The Hobbit?", "--index", path, *(("--quiet",) if command == "ask" else ())
+    )
     assert code == 2 and err == f"nlqo: error: {index_message(path, what)}\n"
 
 
 @pytest.mark.parametrize(
     "spoil, says",
     [
-        pytest.param(lambda m: m.mkdir(), "manifest.json: expected the index's manifest, a JSON file, found a folder; rebuild it with: nlqo index SOURCE", id="manifest.json a folder"),
-        pytest.param(lambda m: m.symlink_to(m), "manifest.json: expected the index's manifest, a JSON file, found a symlink loop; rebuild it with", id="manifest.json a symlink loop"),
-        pytest.param(lambda m: m.symlink_to(UNREADABLE), "manifest.json: expected the index's manifest, a JSON file, found a file that cannot be read (Input/output error)", id="manifest.json unreadable"),
-        pytest.param(lambda m: m.write_text('{"name": "My App", "icons": []}'), "manifest.json: not an nlqo index manifest; rebuild it with", id="a web app's manifest.json"),
-        pytest.param(lambda m: m.write_text('{"format": "nlqo-index", "format_version": 1, "embedder": "x", "dim": "384", "count": 1, "kind": "flat", '
-                                            '"source": "s", "created": "c", "nlqo_version": "0"}'),
-                     "manifest.json: malformed manifest (field 'dim' of the manifest is a string, not a number); the index is damaged", id="a manifest field of the wrong type"),
+        pytest.param(
+            lambda m: m.mkdir(),
+            "manifest.json: expected the index's manifest, a JSON file, found a folder; rebuild it with: nlqo index SOURCE",
+            id="manifest.json a folder",
+        ),
+        pytest.param(
+            lambda m: m.symlink_to(m),
+            "manifest.json: expected the index's manifest, a JSON file, found a symlink loop; rebuild it with",
+            id="manifest.json a symlink loop",
+        ),
+        pytest.param(
+            lambda m: m.symlink_to(UNREADABLE),
+            "manifest.json: expected the index's manifest, a JSON file, found a file that cannot be read (Input/output error)",
+            id="manifest.json unreadable",
+        ),
+        pytest.param(
+            lambda m: m.write_text('{"name": "My App", "icons": []}'),
+            "manifest.json: not an nlqo index manifest; rebuild it with",
+            id="a web app's manifest.json",
+        ),
+        pytest.param(
+            lambda m: m.write_text(
+                '{"format": "nlqo-index", "format_version": 1, "embedder": "x", "dim": "384", "count": 1, "kind": "flat", '
+                '"source": "s", "created": "c", "nlqo_version": "0"}'
+            ),
+            "manifest.json: malformed manifest (field 'dim' of the manifest is a string, not a number); the index is damaged",
+            id="a manifest field of the wrong type",
+        ),
     ],
 )
 def test_a_folder_whose_manifest_is_odd_is_refused_naming_the_manifest(fake_models, capsys, tmp_path, spoil, says):
@@ -141,7 +167,10 @@ def test_a_corpus_path_of_the_wrong_kind_is_refused_naming_it(fake_models, capsy
         assert code == 0 and (tmp_path / "idx" / "manifest.json").is_file()
         return
     else:
-        assert code == 2 and err == f"nlqo: error: {path}: expected a corpus file or a folder of text files, found {what}\n"
+        assert (
+            code == 2
+            and err == f"nlqo: error: {path}: expected a corpus file or a folder of text files, found {what}\n"
+        )
     assert not (tmp_path / "idx").exists()
 
 
@@ -162,10 +191,16 @@ def test_a_text_file_that_is_not_utf8_is_named_with_its_line(fake_models, capsys
     notes.mkdir()
     (notes / "latin1.txt").write_bytes("first line\nZ\u00fcrich\n".encode("latin-1"))
     code, err = run(capsys, "index", notes, "--out", tmp_path / "idx", "--quiet")
-    assert code == 2 and err == f"nlqo: error: {notes / 'latin1.txt'}:2: not UTF-8 text (byte 0xfc at column 2); save the file as UTF-8\n"
+    assert (
+        code == 2
+        and err
+        == f"nlqo: error: {notes / 'latin1.txt'}:2: not UTF-8 text (byte 0xfc at column 2); save the file as UTF-8\n"
+    )
 
 
-@pytest.mark.parametrize("kind", ["a file", "a symlink loop", "a broken symlink", "a FIFO", "a path under a file", "an unreadable file"])
+@pytest.mark.parametrize(
+    "kind", ["a file", "a symlink loop", "a broken symlink", "a FIFO", "a path under a file", "an unreadable file"]
+)
 def test_an_out_path_where_no_index_can_be_written_is_refused_naming_it(fake_models, capsys, tmp_path, kind):
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text(json.dumps({"id": "a", "text": "Tolkien wrote The Hobbit."}) + "\n")
@@ -185,7 +220,11 @@ def test_an_out_folder_of_another_program_is_kept_even_with_a_manifest_json(fake
     (webapp / "manifest.json").write_text('{"name": "My App", "icons": []}')
     (webapp / "index.html").write_text("<html></html>")
     code, err = run(capsys, "index", corpus, "--out", webapp, "--quiet")
-    assert code == 2 and err == f"nlqo: error: {webapp}: folder is not empty and holds no nlqo index (the folder holds index.html, manifest.json); refusing to replace it\n"
+    assert (
+        code == 2
+        and err
+        == f"nlqo: error: {webapp}: folder is not empty and holds no nlqo index (the folder holds index.html, manifest.json); refusing to replace it\n"
+    )
     assert sorted(p.name for p in webapp.iterdir()) == ["index.html", "manifest.json"]  # it was deleted before
 
 
@@ -209,11 +248,29 @@ def test_a_model_path_of_the_wrong_kind_is_refused_naming_it(capsys, tmp_path, k
 @pytest.mark.parametrize(
     "make, says",
     [
-        pytest.param(lambda f: (f / "config.json").write_text('{"name": "app", "version": 2}'), "config.json is not a transformers model's configuration: it names no model_type)", id="another program's config.json"),
-        pytest.param(lambda f: (f / "config.json").write_text("{not json"), "config.json is not JSON (", id="a config.json that is not JSON"),
-        pytest.param(lambda f: (f / "config.json").symlink_to(UNREADABLE), "config.json is a file that cannot be read (Input/output error))", id="an unreadable config.json"),
-        pytest.param(lambda f: (f / "model.gguf").write_text("not a model"), "model.gguf is not a GGUF file (it starts with b'not ', not b'GGUF'): corrupt or the wrong file", id="a .gguf of text"),
-        pytest.param(lambda f: (f / "model.gguf").symlink_to(UNREADABLE), "cannot read the GGUF model", id="an unreadable .gguf"),
+        pytest.param(
+            lambda f: (f / "config.json").write_text('{"name": "app", "version": 2}'),
+            "config.json is not a transformers model's configuration: it names no model_type)",
+            id="another program's config.json",
+        ),
+        pytest.param(
+            lambda f: (f / "config.json").write_text("{not json"),
+            "config.json is not JSON (",
+            id="a config.json that is not JSON",
+        ),
+        pytest.param(
+            lambda f: (f / "config.json").symlink_to(UNREADABLE),
+            "config.json is a file that cannot be read (Input/output error))",
+            id="an unreadable config.json",
+        ),
+        pytest.param(
+            lambda f: (f / "model.gguf").write_text("not a model"),
+            "model.gguf is not a GGUF file (it starts with b'not ', not b'GGUF'): corrupt or the wrong file",
+            id="a .gguf of text",
+        ),
+        pytest.param(
+            lambda f: (f / "model.gguf").symlink_to(UNREADABLE), "cannot read the GGUF model", id="an unreadable .gguf"
+        ),
     ],
 )
 def test_a_model_folder_holding_something_else_is_refused_naming_the_file(capsys, tmp_path, make, says):

@@ -87,7 +87,9 @@ def test_a_title_the_question_offers_is_not_cut_to_a_bare_no():
 
 
 def test_iter_retgen_retrieves_with_question_plus_previous_generation():
-    llm = ScriptedLLM([("T3.1", "Percy Bysshe Shelley"), ("T2.1", "Mary Shelley's husband"), ("T1.1", "Mary Shelley\nwrote it")])
+    llm = ScriptedLLM(
+        [("T3.1", "Percy Bysshe Shelley"), ("T2.1", "Mary Shelley's husband"), ("T1.1", "Mary Shelley\nwrote it")]
+    )
     retriever = FakeRetriever()
     result = IterRetGen(llm, retriever).run(Q)
     assert retriever.queries == [Q, f"{Q} Mary Shelley\nwrote it", f"{Q} Mary Shelley's husband"]
@@ -100,19 +102,31 @@ def test_iter_retgen_retrieves_with_question_plus_previous_generation():
 
 
 def test_ircot_interleaves_thoughts_and_retrieval_and_stops_at_the_answer():
-    thoughts = [" Frankenstein was written by Mary Shelley", " Mary Shelley married Percy Bysshe Shelley", " So the answer is: Percy Bysshe Shelley"]
+    thoughts = [
+        " Frankenstein was written by Mary Shelley",
+        " Mary Shelley married Percy Bysshe Shelley",
+        " So the answer is: Percy Bysshe Shelley",
+    ]
     llm, retriever = Recording(ScriptedLLM([("Thought:", thoughts)])), FakeRetriever()
     result = IRCoT(llm, retriever, k=2).run(Q)
     assert result.answer == "Percy Bysshe Shelley"
     assert (result.stop_reason, result.hops, len(result.llm_steps)) == ("answer", 3, 3)
-    assert retriever.queries == [Q, "Frankenstein was written by Mary Shelley", "Mary Shelley married Percy Bysshe Shelley"]
+    assert retriever.queries == [
+        Q,
+        "Frankenstein was written by Mary Shelley",
+        "Mary Shelley married Percy Bysshe Shelley",
+    ]
     assert all(stop == (".", "\n") for stop in llm.stops)  # one sentence per call
     # earlier thoughts are fed back after "Thought:", each with its period
     assert llm.calls[0].endswith(f"Question: {Q}\nThought:")
-    assert llm.calls[2].endswith("Thought: Frankenstein was written by Mary Shelley. Mary Shelley married Percy Bysshe Shelley.")
+    assert llm.calls[2].endswith(
+        "Thought: Frankenstein was written by Mary Shelley. Mary Shelley married Percy Bysshe Shelley."
+    )
     # round 1 shows the first retrieval as ranked; later rounds the pool in ascending score (best last)
     assert llm.calls[0].index("T1.1") < llm.calls[0].index("T1.2")
-    assert [llm.calls[2].index(t) < llm.calls[2].index(u) for t, u in (("T1.2", "T2.2"), ("T2.2", "T3.2"), ("T3.2", "T3.1"))] == [True] * 3
+    assert [
+        llm.calls[2].index(t) < llm.calls[2].index(u) for t, u in (("T1.2", "T2.2"), ("T2.2", "T3.2"), ("T3.2", "T3.1"))
+    ] == [True] * 3
     assert [p.title for p in result.supporting][:2] == ["T3.1", "T3.2"]  # supporting: best first
     assert kinds(result)[-1] == ("round-3", "stop")
 
@@ -120,7 +134,11 @@ def test_ircot_interleaves_thoughts_and_retrieval_and_stops_at_the_answer():
 def test_ircot_caps_rounds_and_answers_with_all_thoughts():
     llm, retriever = ScriptedLLM([("Thought:", "It is a novel. More text")]), FakeRetriever()
     result = IRCoT(llm, retriever).run(Q)
-    assert (result.stop_reason, len(result.llm_steps), result.hops) == ("max_rounds", 5, 5)  # no retrieval after the 5th thought
+    assert (result.stop_reason, len(result.llm_steps), result.hops) == (
+        "max_rounds",
+        5,
+        5,
+    )  # no retrieval after the 5th thought
     assert result.answer == " ".join(["It is a novel"] * 5)
     capped = IRCoT(ScriptedLLM([("Thought:", "It is a novel")]), FakeRetriever(), max_rounds=2).run(Q)
     assert (capped.stop_reason, len(capped.llm_steps)) == ("max_rounds", 2)
@@ -129,7 +147,12 @@ def test_ircot_caps_rounds_and_answers_with_all_thoughts():
 def test_ircot_stops_when_the_model_writes_nothing():
     llm, retriever = ScriptedLLM([("Thought:", ["Mary Shelley wrote it", "\nanything"])]), FakeRetriever()
     result = IRCoT(llm, retriever).run(Q)
-    assert (result.stop_reason, len(result.llm_steps), result.hops, result.answer) == ("empty", 2, 2, "Mary Shelley wrote it")
+    assert (result.stop_reason, len(result.llm_steps), result.hops, result.answer) == (
+        "empty",
+        2,
+        2,
+        "Mary Shelley wrote it",
+    )
 
 
 def test_self_ask_follows_up_retrieves_and_stops_at_the_final_answer():
@@ -151,7 +174,9 @@ def test_self_ask_follows_up_retrieves_and_stops_at_the_final_answer():
     # each call sees the passages retrieved for the latest follow-up and the scratchpad so far
     assert "Context1: T2.1: text 2.1" in llm.calls[1] and "T1.1" not in llm.calls[1]
     assert llm.calls[1].endswith("Are follow up questions needed here: Yes.\nFollow up: Who wrote Frankenstein?")
-    assert llm.calls[2].endswith("Follow up: Who wrote Frankenstein?\nIntermediate answer: Frankenstein was written by Mary Shelley.")
+    assert llm.calls[2].endswith(
+        "Follow up: Who wrote Frankenstein?\nIntermediate answer: Frankenstein was written by Mary Shelley."
+    )
     assert llm.calls[3].endswith("Mary Shelley.\nFollow up: Who was the husband of Mary Shelley?")
     assert "Context1: T3.1: text 3.1" in llm.calls[3]
     assert "(cut" not in "".join(s.text for s in result.llm_steps)

@@ -63,14 +63,19 @@ def tick_clock():
 @pytest.fixture
 def questions(tmp_path) -> QuestionSet:
     path = tmp_path / "toy.jsonl"
-    rows = [{"id": q, "question": f"Q{q}: which?", "answers": [a], "supporting_titles": [f"Title {q}-1", f"Title {q}-3"]} for q, a in GOLD.items()]
+    rows = [
+        {"id": q, "question": f"Q{q}: which?", "answers": [a], "supporting_titles": [f"Title {q}-1", f"Title {q}-3"]}
+        for q, a in GOLD.items()
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     return QuestionSet.load(path)
 
 
 def bench(questions, out, strategies=None, **kw) -> Bench:
     kw.setdefault("clock", tick_clock())
-    return Bench(questions, strategies or make_strategies(), out, meta={"model": "scripted", "k": 2}, progress=False, **kw)
+    return Bench(
+        questions, strategies or make_strategies(), out, meta={"model": "scripted", "k": 2}, progress=False, **kw
+    )
 
 
 def interrupted_run(questions, out, *, after: int) -> None:
@@ -180,7 +185,11 @@ def test_failed_runs_are_recorded_as_wrong_answers(questions, tmp_path):
     summary = bench(questions, tmp_path / "run", strategies).run()
     assert summary["results"]["failing"]["errors"] == 5 and summary["results"]["failing"]["em"] == 0.0
     record = read_records(tmp_path / "run" / "records.jsonl")[1]
-    assert (record["strategy"], record["error"], record["stop_reason"]) == ("failing", "LLMError: server went away", "error")
+    assert (record["strategy"], record["error"], record["stop_reason"]) == (
+        "failing",
+        "LLMError: server went away",
+        "error",
+    )
 
 
 def test_joblib_threads_give_the_same_results(questions, tmp_path):
@@ -222,10 +231,15 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     assert "Targets:" not in text  # they compare auto with the others: nothing to check without auto
     assert "[answers.md](../toy-run/answers.md)" in text
     assert (tmp_path / "docs" / "benchmarks" / tmp_path.name / "toy-run" / "hops_histogram.png").is_file()
-    shutil.copytree(tmp_path / "toy-run", tmp_path / "int8" / "toy-run")  # a run of the same name elsewhere keeps its own plots
+    shutil.copytree(
+        tmp_path / "toy-run", tmp_path / "int8" / "toy-run"
+    )  # a run of the same name elsewhere keeps its own plots
     write_report([tmp_path / "toy-run", tmp_path / "int8" / "toy-run"], docs)
     links = re.findall(r"!\[toy hops_histogram\]\((.*?)\)", docs.read_text())
-    assert links == [f"benchmarks/{tmp_path.name}/toy-run/hops_histogram.png", "benchmarks/int8/toy-run/hops_histogram.png"]
+    assert links == [
+        f"benchmarks/{tmp_path.name}/toy-run/hops_histogram.png",
+        "benchmarks/int8/toy-run/hops_histogram.png",
+    ]
     assert "### ircot" in text and "So the answer is:" in text  # baselines documented from the code
     docs.write_text(text + "\nHand-written notes stay.\n")
     write_report([tmp_path / "toy-run"], docs)
@@ -244,7 +258,9 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     assert "**4 of the 5 questions are not yet finished by every strategy**" in text
     summary = json.loads((tmp_path / "part" / "summary.json").read_text())
     assert (summary["records"], summary["n"]) == (7, 1)
-    assert "\n4 questions not finished by every strategy are left out.\n" in (tmp_path / "part" / "results.md").read_text()
+    assert (
+        "\n4 questions not finished by every strategy are left out.\n" in (tmp_path / "part" / "results.md").read_text()
+    )
     assert "finished" not in json.loads((tmp_path / "part" / "run.json").read_text())
     refresh(tmp_path / "part")  # records unchanged: summary left as it is
     assert json.loads((tmp_path / "part" / "summary.json").read_text()) == summary
@@ -252,7 +268,11 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     bench(questions, tmp_path / "part").run()
     write_report([tmp_path / "part"], docs)
     text = docs.read_text()
-    assert "### toy (part): 5 questions" in text and "summarized while in progress" not in text and "not yet finished" not in text
+    assert (
+        "### toy (part): 5 questions" in text
+        and "summarized while in progress" not in text
+        and "not yet finished" not in text
+    )
 
     (tmp_path / "part" / "summary.json").unlink()  # a finished run summarized again from its records
     write_report([tmp_path / "part"], docs)
@@ -271,42 +291,87 @@ def test_targets_compare_auto_and_the_engine_with_the_baselines():
         "tree": {"em": 0.20, "seconds": 9.0, "retrievals": 3.0, "parse_failed": 2, "demo_leaks": 0},
         "auto": {"em": 0.34, "seconds": 3.0, "retrievals": 1.0, "parse_failed": 0, "demo_leaks": 0},
     }
-    summary = {"results": results, "em_differences": [{"a": "iter-retgen", "b": "auto", "diff": -0.02, "low": -0.08, "high": 0.04}]}
+    summary = {
+        "results": results,
+        "em_differences": [{"a": "iter-retgen", "b": "auto", "diff": -0.02, "low": -0.08, "high": 0.04}],
+    }
     companion = {
         "n": 100,
-        "results": {"ircot": {"em": 0.40, "seconds": 5.0}, "self-ask": {"em": 0.1, "seconds": 1.0}, "auto": {"em": 0.35, "seconds": 2.4}, "linear": {"em": 0.42, "seconds": 3.1}},
-        "differences": {("auto", "ircot"): Interval(-0.05, -0.15, 0.05), ("linear", "ircot"): Interval(0.02, -0.06, 0.1)},
+        "results": {
+            "ircot": {"em": 0.40, "seconds": 5.0},
+            "self-ask": {"em": 0.1, "seconds": 1.0},
+            "auto": {"em": 0.35, "seconds": 2.4},
+            "linear": {"em": 0.42, "seconds": 3.1},
+        },
+        "differences": {
+            ("auto", "ircot"): Interval(-0.05, -0.15, 0.05),
+            ("linear", "ircot"): Interval(0.02, -0.06, 0.1),
+        },
     }
     rows = rows_of(targets(summary, companion))
     # above iter-retgen on the run, below ircot on the first 100: not met
-    assert rows["auto EM >= every baseline's"] == ("34.0: +2.0 [-4.0, +8.0] over iter-retgen; -5.0 [-15.0, +5.0] over ircot (first 100)", "**not met**")
+    assert rows["auto EM >= every baseline's"] == (
+        "34.0: +2.0 [-4.0, +8.0] over iter-retgen; -5.0 [-15.0, +5.0] over ircot (first 100)",
+        "**not met**",
+    )
     # the summary has no interval for linear and iter-retgen: the difference alone
-    assert rows["best engine strategy (linear) EM >= every baseline's"] == ("36.0: +4.0 over iter-retgen; +2.0 [-6.0, +10.0] over ircot (first 100)", "met")
+    assert rows["best engine strategy (linear) EM >= every baseline's"] == (
+        "36.0: +4.0 over iter-retgen; +2.0 [-6.0, +10.0] over ircot (first 100)",
+        "met",
+    )
     alone = rows_of(targets({"results": {"auto": {"em": 0.3, "seconds": 1.0}}}))
     assert alone["auto EM >= every baseline's"] == ("30.0: no baseline", "not measured")
-    assert rows["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("4 baselines, none dominates", "met")
+    assert rows["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == (
+        "4 baselines, none dominates",
+        "met",
+    )
     assert rows["auto s/question <= iter-retgen's"] == ("0.30x (3.00 s vs 10.00 s)", "met")
     assert rows["auto s/question <= 0.5x ircot's"] == ("0.48x on the first 100 (2.40 s vs 5.00 s)", "met")
     assert rows["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "**not met**")
     assert rows["no parse failures (tree, auto)"] == ("tree 2, auto 0", "**not met**")
     assert rows["no demonstration answer without a passage that holds it"] == ("linear 1", "**not met**")
     # a ratio just above its limit does not read as the limit (MuSiQue's first 50: 34.09 s vs 67.85 s)
-    just_over = {**companion, "results": {**companion["results"], "auto": {"em": 0.35, "seconds": 34.09}, "ircot": {"em": 0.40, "seconds": 67.85}}}
-    assert rows_of(targets(summary, just_over))["auto s/question <= 0.5x ircot's"] == ("0.502x on the first 100 (34.09 s vs 67.85 s)", "**not met**")
+    just_over = {
+        **companion,
+        "results": {
+            **companion["results"],
+            "auto": {"em": 0.35, "seconds": 34.09},
+            "ircot": {"em": 0.40, "seconds": 67.85},
+        },
+    }
+    assert rows_of(targets(summary, just_over))["auto s/question <= 0.5x ircot's"] == (
+        "0.502x on the first 100 (34.09 s vs 67.85 s)",
+        "**not met**",
+    )
     on_hotpotqa = rows_of(targets({**summary, "dataset": "hotpotqa_dev_199"}, companion))
     assert on_hotpotqa["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "not a target on HotpotQA")
     faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
-    assert rows_of(targets(summary, faster))["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == ("dominated by self-ask (first 100)", "**not met**")
+    assert rows_of(targets(summary, faster))[
+        "auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"
+    ] == ("dominated by self-ask (first 100)", "**not met**")
     # ircot run beside auto in the same run (make ablation-timing) is the ratio taken, not the sibling's
     side_by_side = {**summary, "results": {**results, "ircot": {"em": 0.30, "seconds": 7.5}}}
-    assert rows_of(targets(side_by_side, companion))["auto s/question <= 0.5x ircot's"] == ("0.40x in this run (3.00 s vs 7.50 s)", "met")
-    assert rows_of(targets(side_by_side))["auto s/question <= 0.5x ircot's"] == ("0.40x in this run (3.00 s vs 7.50 s)", "met")
+    assert rows_of(targets(side_by_side, companion))["auto s/question <= 0.5x ircot's"] == (
+        "0.40x in this run (3.00 s vs 7.50 s)",
+        "met",
+    )
+    assert rows_of(targets(side_by_side))["auto s/question <= 0.5x ircot's"] == (
+        "0.40x in this run (3.00 s vs 7.50 s)",
+        "met",
+    )
 
 
 def _run(dataset: str, ems: dict[str, float], diffs: dict[tuple[str, str], tuple[float, float]]) -> dict:
     """A run summary with the given EMs and (low, high) intervals of pairs (the mean is the EM difference)."""
-    em_differences = [{"a": a, "b": b, "diff": ems[a] - ems[b], "low": low, "high": high} for (a, b), (low, high) in diffs.items()]
-    return {"dataset": dataset, "n": 200, "results": {n: {"em": e, "seconds": 1.0} for n, e in ems.items()}, "em_differences": em_differences}
+    em_differences = [
+        {"a": a, "b": b, "diff": ems[a] - ems[b], "low": low, "high": high} for (a, b), (low, high) in diffs.items()
+    ]
+    return {
+        "dataset": dataset,
+        "n": 200,
+        "results": {n: {"em": e, "seconds": 1.0} for n, e in ems.items()},
+        "em_differences": em_differences,
+    }
 
 
 def test_the_em_target_across_sets_needs_every_set_matched_and_two_beaten():
@@ -314,7 +379,9 @@ def test_the_em_target_across_sets_needs_every_set_matched_and_two_beaten():
     diffs = {("auto", "standard-rag"): (-0.05, 0.15), ("linear", "standard-rag"): (0.02, 0.18)}
     companion = {"n": 100, "results": {"ircot": {"em": 0.42, "seconds": 4.0}, "no-rag": {"em": 0.1, "seconds": 0.1}, "auto": {"em": 0.44, "seconds": 1.5}, "linear": {"em": 0.5, "seconds": 1.0}},
                  "differences": {("auto", "ircot"): Interval(0.02, -0.1, 0.14), ("linear", "ircot"): Interval(0.08, 0.01, 0.15)}}  # fmt: skip
-    tie = _run("tie", {**ems, "auto": 0.40}, {("auto", "standard-rag"): (-0.1, 0.1), ("linear", "standard-rag"): (0.02, 0.18)})
+    tie = _run(
+        "tie", {**ems, "auto": 0.40}, {("auto", "standard-rag"): (-0.1, 0.1), ("linear", "standard-rag"): (0.02, 0.18)}
+    )
     lines = across_sets([(_run("a", ems, diffs), companion), (_run("b", ems, diffs), None), (tie, None)])
     assert lines[2] == (
         "| a (n=200) | 45.0: +5.0 [-5.0, +15.0] over standard-rag; +2.0 [-10.0, +14.0] over ircot (first 100) "
@@ -322,20 +389,30 @@ def test_the_em_target_across_sets_needs_every_set_matched_and_two_beaten():
     )
     verdicts = {row.split(" | ")[0][2:]: row.split(" | ")[1:] for row in lines if "at least two" in row}
     # a tie matches and does not beat: auto beats on two of three sets, the best engine strategy on all three
-    assert verdicts["auto at least matches the best baseline on every set and beats it on at least two"] == ["matches on 3 of 3, beats on 2 (interval above zero on 0)", "met |"]
+    assert verdicts["auto at least matches the best baseline on every set and beats it on at least two"] == [
+        "matches on 3 of 3, beats on 2 (interval above zero on 0)",
+        "met |",
+    ]
     assert verdicts["the best engine strategy of each set at least matches the best baseline on every set and beats it on at least two"] == [
         "matches on 3 of 3, beats on 3 (interval above zero on 3)", "met |"]  # fmt: skip
     behind = _run("c", {**ems, "auto": 0.35}, {("auto", "standard-rag"): (-0.2, 0.0)})
     lines = across_sets([(_run("a", ems, diffs), companion), (tie, None), (behind, None)])
-    assert [row for row in lines if row.startswith("| auto at least matches")][0].endswith("| matches on 2 of 3, beats on 1 (interval above zero on 0) | **not met** |")
+    assert [row for row in lines if row.startswith("| auto at least matches")][0].endswith(
+        "| matches on 2 of 3, beats on 1 (interval above zero on 0) | **not met** |"
+    )
     # the other targets, one column per set
     unmeasured = "not measured: no ircot results beside this run"
-    assert f"| auto s/question <= 0.5x ircot's | met: 0.38x on the first 100 (1.50 s vs 4.00 s) | {unmeasured} | {unmeasured} |" in lines
+    assert (
+        f"| auto s/question <= 0.5x ircot's | met: 0.38x on the first 100 (1.50 s vs 4.00 s) | {unmeasured} | {unmeasured} |"
+        in lines
+    )
     assert across_sets([({"dataset": "x", "n": 1, "results": {"standard-rag": {"em": 0.1}}}, None)]) == []
 
 
 def test_ablation_lists_expand_into_variants():
-    specs = expand_ablations("ircot,linear,tree[parallel=off]", {"tau": "0.8,0.9", "relation_cache": "on,off", "alpha": None})
+    specs = expand_ablations(
+        "ircot,linear,tree[parallel=off]", {"tau": "0.8,0.9", "relation_cache": "on,off", "alpha": None}
+    )
     assert specs == [
         "ircot",
         "linear[tau=0.8,relation_cache=on]", "linear[tau=0.8,relation_cache=off]",
@@ -360,7 +437,12 @@ def test_engine_options_reach_the_engine_of_a_variant():
     assert [(s.name, s.inner.engine.config.ir_cleanup, s.inner.engine.config.plan_hints) for s in built] == [
         (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
     plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
-    assert (plain.config.ir_cleanup, plain.tree.guard_rewrites, plain.tree.queries, plain.config.simple_plans) == (False, True, "substitute", "retrieve")  # the benchmark runs' defaults
+    assert (plain.config.ir_cleanup, plain.tree.guard_rewrites, plain.tree.queries, plain.config.simple_plans) == (
+        False,
+        True,
+        "substitute",
+        "retrieve",
+    )  # the benchmark runs' defaults
     unguarded = build_strategy("tree[guard_rewrites=off,tree_queries=rewrite]", llm, retriever, embedder=HashEmbedder())
     assert (unguarded.inner.engine.tree.guard_rewrites, unguarded.inner.engine.tree.queries) == (False, "rewrite")
 
@@ -390,7 +472,11 @@ def test_command_line_reproduces_the_arguments():
 
 CORPUS = [
     ("rush", "Rush (band)", "Rush was a Canadian rock band from Toronto. Its drummer and lyricist was Neil Peart."),
-    ("counterparts", "Counterparts (album)", "Counterparts is the fifteenth studio album by the Canadian rock band Rush, released in 1993."),
+    (
+        "counterparts",
+        "Counterparts (album)",
+        "Counterparts is the fifteenth studio album by the Canadian rock band Rush, released in 1993.",
+    ),
     ("peart", "Neil Peart", "Neil Peart was a Canadian drummer inducted into the Modern Drummer Hall of Fame in 1983."),
     ("eiffel", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, completed in 1889."),
     ("paris", "Paris", "Paris is the capital and most populous city of France."),
@@ -409,7 +495,9 @@ def test_tiny_real_run_end_to_end(tmp_path, capsys):
             pytest.fail(f"smollm2-135m must load under CI: {exc}")
         pytest.skip(f"smollm2-135m is not installed: {exc}")
     corpus = tmp_path / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in CORPUS), encoding="utf-8")
+    corpus.write_text(
+        "".join(json.dumps({"id": i, "title": t, "text": x}) + "\n" for i, t, x in CORPUS), encoding="utf-8"
+    )
     qfile = tmp_path / "questions.jsonl"
     qs = [
         {"id": "a", "question": "Which Canadian rock band released the album Counterparts?", "answers": ["Rush"], "supporting_titles": ["Counterparts (album)"]},
@@ -424,7 +512,12 @@ def test_tiny_real_run_end_to_end(tmp_path, capsys):
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["n"], summary["strategies"]) == (2, ["no-rag", "standard-rag"])
     records = read_records(out / "records.jsonl")
-    assert [(r["qid"], r["strategy"]) for r in records] == [("a", "no-rag"), ("a", "standard-rag"), ("b", "standard-rag"), ("b", "no-rag")]
+    assert [(r["qid"], r["strategy"]) for r in records] == [
+        ("a", "no-rag"),
+        ("a", "standard-rag"),
+        ("b", "standard-rag"),
+        ("b", "no-rag"),
+    ]
     by = {(r["qid"], r["strategy"]): r for r in records}
     for r in records:
         assert r["llm_calls"] == 1 and r["generated_tokens"] > 0 and r["prompt_tokens"] > r["generated_tokens"]
@@ -445,13 +538,21 @@ def test_tiny_real_run_end_to_end(tmp_path, capsys):
 
 def test_a_yes_no_question_in_an_open_set_is_scored_on_the_first_yes_or_no(tmp_path):
     path = tmp_path / "mixed.jsonl"
-    rows = [{"id": "a", "question": "Are both shrubs?", "answers": ["no"]}, {"id": "b", "question": "Is it big?", "answers": ["yes"]}, {"id": "c", "question": "Who?", "answers": ["Rush"]}]
+    rows = [
+        {"id": "a", "question": "Are both shrubs?", "answers": ["no"]},
+        {"id": "b", "question": "Is it big?", "answers": ["yes"]},
+        {"id": "c", "question": "Who?", "answers": ["Rush"]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
     mixed = QuestionSet.load(path)
     assert mixed.kind == "open"
-    llm = ScriptedLLM([], default=lambda prompt: "Yes, both are." if "shrubs" in prompt or "big" in prompt else "Yes, Rush.")
+    llm = ScriptedLLM(
+        [], default=lambda prompt: "Yes, both are." if "shrubs" in prompt or "big" in prompt else "Yes, Rush."
+    )
     strategies = {"no-rag": build_strategy("no-rag", llm, FakeRetriever(), k=2)}
-    Bench(mixed, strategies, tmp_path / "run", meta={"model": "scripted", "k": 2}, progress=False, clock=tick_clock()).run()
+    Bench(
+        mixed, strategies, tmp_path / "run", meta={"model": "scripted", "k": 2}, progress=False, clock=tick_clock()
+    ).run()
     ems = {r["qid"]: r["em"] for r in read_records(tmp_path / "run" / "records.jsonl")}
     # gold "no" vs a wordy "Yes, ...": wrong; gold "yes": right; an open question is scored as written
     assert ems == {"a": 0.0, "b": 1.0, "c": 0.0}
@@ -473,9 +574,16 @@ def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_fin
     found = companion_results(tmp_path / "s")
     assert {k: v for k, v in found.items() if k != "differences"} == {
         "n": 1,  # only "a" is finished by both ircot and self-ask
-        "results": {"ircot": {"em": 1.0, "seconds": 5.0}, "self-ask": {"em": 0.0, "seconds": 1.0}, "auto": {"em": 1.0, "seconds": 2.0}},
+        "results": {
+            "ircot": {"em": 1.0, "seconds": 5.0},
+            "self-ask": {"em": 0.0, "seconds": 1.0},
+            "auto": {"em": 1.0, "seconds": 2.0},
+        },
     }
-    assert {pair: d.mean for pair, d in found["differences"].items()} == {("auto", "ircot"): 0.0, ("auto", "self-ask"): 1.0}
+    assert {pair: d.mean for pair, d in found["differences"].items()} == {
+        ("auto", "ircot"): 0.0,
+        ("auto", "self-ask"): 1.0,
+    }
 
 
 def test_a_leak_in_the_other_baselines_counts_against_the_runs_leak_target(tmp_path):
@@ -495,7 +603,10 @@ def test_a_leak_in_the_other_baselines_counts_against_the_runs_leak_target(tmp_p
     summary = {"results": {"auto": {"em": 0.0, "seconds": 2.0, "demo_leaks": 0}}}
     rows = {t: (m, v) for t, m, v in targets(summary, companion)}
     assert rows["no demonstration answer without a passage that holds it"] == ("self-ask (first 2) 1", "**not met**")
-    assert {t: (m, v) for t, m, v in targets(summary)}["no demonstration answer without a passage that holds it"] == ("none", "met")
+    assert {t: (m, v) for t, m, v in targets(summary)}["no demonstration answer without a passage that holds it"] == (
+        "none",
+        "met",
+    )
 
 
 def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_apart():
@@ -505,7 +616,13 @@ def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_a
         return {"dataset": "d", "folder": folder, "n": n, "strategies": list(results), "meta": {"quantize": quantize},
                 "results": {k: {"em": em, "seconds": 1.0} for k, em in results.items()}}  # fmt: skip
 
-    lines = overview([run("runs/d", 200, {"auto": 0.5}), run("runs/d-baselines", 100, {"ircot": 0.25}), run("bench/d", 50, {"ircot": 0.1}, "int8")])
+    lines = overview(
+        [
+            run("runs/d", 200, {"auto": 0.5}),
+            run("runs/d-baselines", 100, {"ircot": 0.25}),
+            run("bench/d", 50, {"ircot": 0.1}, "int8"),
+        ]
+    )
     assert lines[2] == "| strategy | d (n=200) | d (n=50, int8 (lossy)) |"
     assert lines[4:6] == ["| auto | 50.0 · 1.0 s | - |", "| ircot | 25.0 · 1.0 s (first 100) | 10.0 · 1.0 s |"]
 

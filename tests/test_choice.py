@@ -61,9 +61,18 @@ class SlowAgain:
 @pytest.mark.parametrize(
     "question, options",
     [
-        ("Which film was released earlier, Grandi Magazzini or Krudt Og Klunker?", ("Grandi Magazzini", "Krudt Og Klunker")),
-        ("Which case came first, Craig v. Boren or United States v. Paramount Pictures, Inc.?", ("Craig v. Boren", "United States v. Paramount Pictures, Inc.")),
-        ("Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?", ("What Will You Do When You Catch Me", "School On Fire")),
+        (
+            "Which film was released earlier, Grandi Magazzini or Krudt Og Klunker?",
+            ("Grandi Magazzini", "Krudt Og Klunker"),
+        ),
+        (
+            "Which case came first, Craig v. Boren or United States v. Paramount Pictures, Inc.?",
+            ("Craig v. Boren", "United States v. Paramount Pictures, Inc."),
+        ),
+        (
+            "Which film has the director who died later, What Will You Do When You Catch Me? or School On Fire?",
+            ("What Will You Do When You Catch Me", "School On Fire"),
+        ),
         ("Who was born earlier, Simone Bolelli or Caroline Wozniacki?", ("Simone Bolelli", "Caroline Wozniacki")),
         ("In 1990, did Jaws or Alien sell more?", ()),
         ("Are the directors of Jaws and Alien both American?", ("yes", "no")),
@@ -111,7 +120,9 @@ def test_every_gold_answer_of_an_option_question_in_the_shared_dev_sets_names_ex
 
 
 def test_an_answer_the_runs_text_links_to_one_option_becomes_that_option_without_a_call():
-    llm = template_llm(" Steven Spielberg", "Alien")  # the evidence: "Jaws is a 1975 film directed by Steven Spielberg."
+    llm = template_llm(
+        " Steven Spielberg", "Alien"
+    )  # the evidence: "Jaws is a 1975 film directed by Steven Spielberg."
     result = engine(llm).ask(QUESTION)
     assert result.answer == "Jaws" and result.stop_reason.endswith(f"; {HELD}")
     assert not any("Answer the question from the contexts" in c for c in llm.calls)

@@ -30,8 +30,16 @@ full = pytest.mark.cli_matrix
 
 MODEL = "smollm2-135m"
 PASSAGES = [
-    {"id": "h1", "title": "The Hobbit", "text": "The Hobbit is a children's fantasy novel by J. R. R. Tolkien, published in 1937."},
-    {"id": "h2", "title": "J. R. R. Tolkien", "text": "John Ronald Reuel Tolkien was an English writer, born in Bloemfontein."},
+    {
+        "id": "h1",
+        "title": "The Hobbit",
+        "text": "The Hobbit is a children's fantasy novel by J. R. R. Tolkien, published in 1937.",
+    },
+    {
+        "id": "h2",
+        "title": "J. R. R. Tolkien",
+        "text": "John Ronald Reuel Tolkien was an English writer, born in Bloemfontein.",
+    },
     {"id": "h3", "title": "Bloemfontein", "text": "Bloemfontein is a city in South Africa, its judicial capital."},
     {"id": "a1", "title": "Ada Lovelace", "text": "Ada Lovelace was born on 10 December 1815 in London."},
     {"id": "a2", "title": "Charles Babbage", "text": "Charles Babbage was born on 26 December 1791 in London."},
@@ -127,7 +135,9 @@ def test_explain_analyze_page_of_a_one_fact_question_loads_cleanly(files, browse
 @pytest.mark.parametrize("progress", [True, False])
 def test_ask_every_strategy_and_plan_shape(files, ir, strategy, progress):
     quiet = () if progress else ("--quiet",)
-    result = nlqo("ask", IR[ir].split('"')[1], *engine_args(files, "--ir", files[ir], "--strategy", strategy, "--json", *quiet))
+    result = nlqo(
+        "ask", IR[ir].split('"')[1], *engine_args(files, "--ir", files[ir], "--strategy", strategy, "--json", *quiet)
+    )
     data = json.loads(result.out)
     assert data["strategy"] == strategy and isinstance(data["answer"], str)
     assert progress_shown(result.err) == progress
@@ -150,7 +160,11 @@ def test_ask_text_output_ends_with_the_operator_line(files, question):
 @pytest.mark.parametrize("analyze", [True, False])
 def test_explain_every_format(files, fmt, analyze, browser):
     out = files["folder"] / f"explain-{fmt}-{analyze}.out"
-    nlqo("explain", MULTI_HOP, *engine_args(files, "--ir", files["chain"], "--format", fmt, "--out", out, *(["--analyze"] if analyze else [])))
+    nlqo(
+        "explain",
+        MULTI_HOP,
+        *engine_args(files, "--ir", files["chain"], "--format", fmt, "--out", out, *(["--analyze"] if analyze else [])),
+    )
     check_format(fmt, out, browser)
 
 
@@ -169,9 +183,27 @@ def test_parse_retrieve_models_and_bench(files):
     assert len(hits["hits"]) == 2 and hits["k"] == 2
     assert MODEL in nlqo("models").out
     out = files["folder"] / "bench"
-    nlqo("bench", "--questions", files["questions"], "--index", files["index"], "--model", MODEL, "--strategies", "standard-rag,auto", "--out", out, "--quiet")
+    nlqo(
+        "bench",
+        "--questions",
+        files["questions"],
+        "--index",
+        files["index"],
+        "--model",
+        MODEL,
+        "--strategies",
+        "standard-rag,auto",
+        "--out",
+        out,
+        "--quiet",
+    )
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
-    assert sorted((r["qid"], r["strategy"]) for r in records) == [("q1", "auto"), ("q1", "standard-rag"), ("q2", "auto"), ("q2", "standard-rag")]
+    assert sorted((r["qid"], r["strategy"]) for r in records) == [
+        ("q1", "auto"),
+        ("q1", "standard-rag"),
+        ("q2", "auto"),
+        ("q2", "standard-rag"),
+    ]
 
 
 @full
@@ -192,7 +224,15 @@ def test_the_transformers_runtime_answers_too(files):
         ("plan", "{corpus}"),
         ("index", "{folder}/missing.jsonl", "--out", "{folder}/x"),
     ],
-    ids=["empty-question", "100kB-question", "no-index", "unknown-model", "bad-ir", "plan-bad-ir", "index-missing-corpus"],
+    ids=[
+        "empty-question",
+        "100kB-question",
+        "no-index",
+        "unknown-model",
+        "bad-ir",
+        "plan-bad-ir",
+        "index-missing-corpus",
+    ],
 )
 def test_errors_exit_2_with_one_message(files, args):
     result = nlqo(*(a.format(**{k: str(v) for k, v in files.items()}) for a in args), expect=2)

@@ -44,7 +44,20 @@ def test_bad_cluster_specs_are_refused_with_the_accepted_forms(text):
 def test_jobs_and_cluster_together_are_refused(tmp_path):
     qfile = tmp_path / "q.jsonl"
     qfile.write_text(json.dumps({"id": "a", "question": "Q?", "answers": ["A"]}) + "\n")
-    argv = ["bench", "--questions", str(qfile), "--index", str(tmp_path), "--out", str(tmp_path / "o"), "--cluster", "local:1", "--jobs", "2", "--quiet"]
+    argv = [
+        "bench",
+        "--questions",
+        str(qfile),
+        "--index",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "o"),
+        "--cluster",
+        "local:1",
+        "--jobs",
+        "2",
+        "--quiet",
+    ]
     assert main(argv) == 2
 
 
@@ -68,7 +81,13 @@ def test_a_recipe_ships_the_runs_engine_config_with_absolute_paths(tmp_path, mon
     recipe = Recipe(portable(config), str(Path.cwd() / "idx"), "digest", ("no-rag", "auto"))
     assert pickle.loads(pickle.dumps(recipe)) == recipe
     shipped = recipe.config
-    assert (shipped.model, shipped.runtime, shipped.threads, shipped.budget, shipped.cost_model) == ("smollm2-135m", "llama-cpp", 1, 500, "default")
+    assert (shipped.model, shipped.runtime, shipped.threads, shipped.budget, shipped.cost_model) == (
+        "smollm2-135m",
+        "llama-cpp",
+        1,
+        500,
+        "default",
+    )
     assert shipped.relations_cache == Path.cwd() / "relations.json" and shipped.path == (str(Path.cwd() / "costs"),)
     assert attrs.evolve(shipped, relations_cache=config.relations_cache, path=config.path, index=config.index) == config
     shared = attrs.evolve(recipe, config=attrs.evolve(shipped, threads=None), host_threads=(("h", 2),))
@@ -85,13 +104,18 @@ class Echo:
     name = "echo"
 
     def run(self, question, trace=None):
-        return RunResult(question=question, answer=question.rstrip("?").split()[-1], strategy=self.name, stop_reason="answer")
+        return RunResult(
+            question=question, answer=question.rstrip("?").split()[-1], strategy=self.name, stop_reason="answer"
+        )
 
 
 @pytest.fixture
 def questions(tmp_path) -> QuestionSet:
     path = tmp_path / "q.jsonl"
-    rows = [{"id": str(i), "question": f"Which is {w}?", "answers": [w if i % 2 else "other"]} for i, w in enumerate(["red", "blue", "green", "cyan", "pink"])]
+    rows = [
+        {"id": str(i), "question": f"Which is {w}?", "answers": [w if i % 2 else "other"]}
+        for i, w in enumerate(["red", "blue", "green", "cyan", "pink"])
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return QuestionSet.load(path)
 
@@ -107,13 +131,25 @@ def test_records_arriving_in_any_order_give_the_same_summary_and_pages(questions
         yield from done
 
     here = Bench(questions, names, tmp_path / "here", meta={"model": "echo"}, progress=False, clock=lambda: 1.0)
-    there = Bench(questions, names, tmp_path / "there", meta={"model": "echo"}, progress=False, clock=lambda: 1.0, executor=shuffled)
+    there = Bench(
+        questions,
+        names,
+        tmp_path / "there",
+        meta={"model": "echo"},
+        progress=False,
+        clock=lambda: 1.0,
+        executor=shuffled,
+    )
     a, b = here.run(), there.run()
     order = lambda folder: [(r["qid"], r["strategy"]) for r in read_records(folder / "records.jsonl")]  # noqa: E731
-    assert order(tmp_path / "here") != order(tmp_path / "there") and sorted(order(tmp_path / "here")) == sorted(order(tmp_path / "there"))
+    assert order(tmp_path / "here") != order(tmp_path / "there") and sorted(order(tmp_path / "here")) == sorted(
+        order(tmp_path / "there")
+    )
     assert {k: v for k, v in a.items() if k != "meta"} == {k: v for k, v in b.items() if k != "meta"}
     for name in ("results.md", "answers.md"):
-        assert (tmp_path / "here" / name).read_text().split("\n", 4)[4] == (tmp_path / "there" / name).read_text().split("\n", 4)[4]
+        assert (tmp_path / "here" / name).read_text().split("\n", 4)[4] == (
+            tmp_path / "there" / name
+        ).read_text().split("\n", 4)[4]
 
 
 def test_an_executor_only_gets_the_pairs_still_missing(questions, tmp_path):
@@ -136,7 +172,9 @@ def test_an_executor_only_gets_the_pairs_still_missing(questions, tmp_path):
 
 def _run_python(code: str, cwd: Path, timeout: float = 900) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_a_bench_run_without_cluster_imports_no_dask(tmp_path):
@@ -182,7 +220,24 @@ QUESTIONS = [
     ("f", "On which continent is the Nile?", "Africa"),
 ]
 STRATEGIES = "no-rag,standard-rag"
-SAME = ("qid", "index", "strategy", "question", "answer", "em", "f1", "acc", "llm_calls", "prompt_tokens", "generated_tokens", "retrievals", "hops", "retrieved_titles", "stop_reason", "error")
+SAME = (
+    "qid",
+    "index",
+    "strategy",
+    "question",
+    "answer",
+    "em",
+    "f1",
+    "acc",
+    "llm_calls",
+    "prompt_tokens",
+    "generated_tokens",
+    "retrievals",
+    "hops",
+    "retrieved_titles",
+    "stop_reason",
+    "error",
+)
 """Record fields a cluster run must reproduce. Not the timings, nor the computed/cached split of the
 prompt tokens: each worker warms its own prefix cache on its first question."""
 
@@ -251,19 +306,25 @@ def test_a_cluster_run_records_what_a_single_process_run_records(cluster, refere
     run = json.loads((out / "run.json").read_text())
     single = json.loads((data["folder"] / "single" / "run.json").read_text())
     assert run["cluster"]["workers"] == 2 and set(run["cluster"]["model_threads"].values()) == {1}
-    assert {k: run[k] for k in ("runtime", "model", "embedder", "corpus_sha256", "threads")} == {k: single[k] for k in ("runtime", "model", "embedder", "corpus_sha256", "threads")}
+    assert {k: run[k] for k in ("runtime", "model", "embedder", "corpus_sha256", "threads")} == {
+        k: single[k] for k in ("runtime", "model", "embedder", "corpus_sha256", "threads")
+    }
     assert (out / "index" / "manifest.json").is_file()  # embedded on the workers, assembled here
 
 
 @pytest.mark.real_model
-def test_a_worker_killed_mid_run_then_the_run_interrupted_and_resumed_records_every_question_once(cluster, reference, data, tmp_path):
+def test_a_worker_killed_mid_run_then_the_run_interrupted_and_resumed_records_every_question_once(
+    cluster, reference, data, tmp_path
+):
     from nlqo.cluster import describe_workers
 
     out = tmp_path / "killed"
     argv = ["bench", "--questions", str(data["questions"]), "--index", str(data["folder"] / "single" / "index"), "--out", str(out),
             "--model", "smollm2-135m", "--strategies", STRATEGIES, "--quiet", "--cluster", cluster.client.scheduler.address]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    client = subprocess.Popen([sys.executable, "-m", "nlqo", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    client = subprocess.Popen(
+        [sys.executable, "-m", "nlqo", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     records = out / "records.jsonl"
     try:
         # 1. a worker dies while it runs a question: the scheduler runs that question again elsewhere
@@ -272,7 +333,9 @@ def test_a_worker_killed_mid_run_then_the_run_interrupted_and_resumed_records_ev
         os.kill(pid, signal.SIGKILL)
         killed_at = len(read_records(records, repair=False))
         # 2. the client itself stops mid-run, after at least one more question came back
-        _wait_for(lambda: len(read_records(records, repair=False)) > killed_at or client.poll() is not None, 600, client)
+        _wait_for(
+            lambda: len(read_records(records, repair=False)) > killed_at or client.poll() is not None, 600, client
+        )
         if client.poll() is None:
             client.send_signal(signal.SIGKILL)
         client.wait(timeout=60)
@@ -280,12 +343,16 @@ def test_a_worker_killed_mid_run_then_the_run_interrupted_and_resumed_records_ev
         if client.poll() is None:
             client.kill()
     interrupted = len(read_records(records))
-    assert killed_at < len(reference) and interrupted < len(reference), "the run finished before it could be interrupted"
+    assert killed_at < len(reference) and interrupted < len(reference), (
+        "the run finished before it could be interrupted"
+    )
     # 3. the same command again resumes: every question recorded exactly once, answers as in one process
     assert main(argv) == 0
     keys = [(r["qid"], r["strategy"]) for r in read_records(records)]
     assert sorted(keys) == sorted(reference) and len(keys) == len(set(keys))
-    assert {(r["qid"], r["strategy"]): _same(r) for r in read_records(records)} == {k: _same(r) for k, r in reference.items()}
+    assert {(r["qid"], r["strategy"]): _same(r) for r in read_records(records)} == {
+        k: _same(r) for k, r in reference.items()
+    }
     _wait_for(lambda: len(cluster.client.scheduler_info()["workers"]) == 2, 120)  # the nanny restarted the worker
 
 
@@ -293,7 +360,14 @@ def _wait_for(condition, timeout_s: float, process: subprocess.Popen | None = No
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s" + (f"; client stderr: {process.stderr.read()[-2000:]}" if process and process.poll() is not None else ""))
+            raise AssertionError(
+                f"timed out after {timeout_s} s"
+                + (
+                    f"; client stderr: {process.stderr.read()[-2000:]}"
+                    if process and process.poll() is not None
+                    else ""
+                )
+            )
         time.sleep(0.2)
 
 
@@ -319,16 +393,41 @@ def test_an_index_embedded_on_the_cluster_equals_one_built_here(cluster, data, t
     from nlqo.index.search import Index
 
     corpus = tmp_path / "corpus.jsonl"
-    rows = [{"id": f"{i}-{j}", "title": t, "text": f"{x} (copy {j})"} for j in range(20) for i, t, x in PASSAGES]  # 120 passages: several chunks per worker
+    rows = [
+        {"id": f"{i}-{j}", "title": t, "text": f"{x} (copy {j})"} for j in range(20) for i, t, x in PASSAGES
+    ]  # 120 passages: several chunks per worker
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
     here, there = tmp_path / "here", tmp_path / "there"
     assert main(["index", str(corpus), "--out", str(here), "--quiet", "--batch-size", "16"]) == 0
-    assert main(["index", str(corpus), "--out", str(there), "--quiet", "--batch-size", "16", "--index-type", "flat", "--cluster", cluster.client.scheduler.address]) == 0
+    assert (
+        main(
+            [
+                "index",
+                str(corpus),
+                "--out",
+                str(there),
+                "--quiet",
+                "--batch-size",
+                "16",
+                "--index-type",
+                "flat",
+                "--cluster",
+                cluster.client.scheduler.address,
+            ]
+        )
+        == 0
+    )
     a, b = (json.loads((p / "manifest.json").read_text()) for p in (here, there))
-    assert {k: a[k] for k in ("count", "dim", "embedder", "kind")} == {k: b[k] for k in ("count", "dim", "embedder", "kind")} == {**{k: a[k] for k in ("dim", "embedder")}, "count": 120, "kind": "flat"}
+    assert (
+        {k: a[k] for k in ("count", "dim", "embedder", "kind")}
+        == {k: b[k] for k in ("count", "dim", "embedder", "kind")}
+        == {**{k: a[k] for k in ("dim", "embedder")}, "count": 120, "kind": "flat"}
+    )
     va, vb = (faiss.read_index(str(p / "dense.faiss")).reconstruct_n(0, 120) for p in (here, there))
     np.testing.assert_allclose(va, vb, atol=1e-5)  # same rows in the same order (batches differ only in padding)
     for question in ("Which river flows through Vienna?", "Who released Counterparts?"):
         ours, theirs = (Index.open(p).retriever("dense").search(question, k=25) for p in (here, there))
-        assert {h.passage.id for h in ours[:20]} == {h.passage.id for h in theirs[:20]}  # the 20 copies of the one passage
+        assert {h.passage.id for h in ours[:20]} == {
+            h.passage.id for h in theirs[:20]
+        }  # the 20 copies of the one passage
         np.testing.assert_allclose([h.score for h in ours], [h.score for h in theirs], atol=1e-5)

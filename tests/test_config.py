@@ -41,7 +41,9 @@ def fake_parts(monkeypatch):
     import nlqo.builder as builder
 
     monkeypatch.setattr(builder, "load_llm", lambda name, **options: scripted())
-    monkeypatch.setattr(builder, "open_retrieval", lambda config, embedder=None: (KeywordRetriever(PASSAGES), HashEmbedder()))
+    monkeypatch.setattr(
+        builder, "open_retrieval", lambda config, embedder=None: (KeywordRetriever(PASSAGES), HashEmbedder())
+    )
 
 
 def ask_plan(capsys, *args) -> dict[str, str]:
@@ -61,12 +63,46 @@ def test_ask_plans_with_the_users_cost_model(fake_parts, cost_files, capsys):
 def test_explain_plans_with_the_users_cost_model_and_rules(fake_parts, cost_files, capsys, tmp_path):
     chain, bushy = cost_files
     for model, expected in ((chain, CHAIN), (bushy, FLAT)):
-        assert main(["explain", QUESTION, "--index", "unused", "--strategy", "tree", "--format", "json", "--quiet", "--cost-model", str(model)]) == 0
+        assert (
+            main(
+                [
+                    "explain",
+                    QUESTION,
+                    "--index",
+                    "unused",
+                    "--strategy",
+                    "tree",
+                    "--format",
+                    "json",
+                    "--quiet",
+                    "--cost-model",
+                    str(model),
+                ]
+            )
+            == 0
+        )
         data = json.loads(capsys.readouterr().out)
         assert {c: n["id"] for n in data["nodes"] for c in n["children"]} == expected
         assert data["cost"]["model"] == model.stem and data["stats"]["exact"] is True
     (tmp_path / "none_but_normalise.rules").write_text("normalize_variables\n")
-    assert main(["explain", QUESTION, "--index", "unused", "--format", "json", "--quiet", "--rules", str(tmp_path / "none_but_normalise.rules"), "--rules", "none"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                QUESTION,
+                "--index",
+                "unused",
+                "--format",
+                "json",
+                "--quiet",
+                "--rules",
+                str(tmp_path / "none_but_normalise.rules"),
+                "--rules",
+                "none",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.filterwarnings("error::UserWarning")  # plots fit their layout with long ablation names
@@ -76,7 +112,9 @@ def test_bench_varies_the_cost_model_as_an_ablation_axis(fake_parts, cost_files,
     import nlqo.eval.workspace as workspace
 
     index = types.SimpleNamespace(
-        retriever=lambda mode: KeywordRetriever(PASSAGES), embedder=HashEmbedder(), manifest=types.SimpleNamespace(embedder="hash")
+        retriever=lambda mode: KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+        manifest=types.SimpleNamespace(embedder="hash"),
     )
     monkeypatch.setattr(workspace, "open_index", lambda out, **kw: (index, {"index": "fake"}))
     questions = tmp_path / "q.jsonl"
@@ -102,7 +140,13 @@ def test_plan_ask_explain_and_bench_share_the_planning_options():
         config_from_args(parser.parse_args(["bench", "--questions", "q", "--index", "i", "--out", "o", *common])),
     ]
     for config in configs:
-        assert (config.cost_model, config.param_dict, config.rules, config.budget, config.beam) == ("structural", {"alpha": 3.0}, "none", 7, 4)
+        assert (config.cost_model, config.param_dict, config.rules, config.budget, config.beam) == (
+            "structural",
+            {"alpha": 3.0},
+            "none",
+            7,
+            4,
+        )
 
 
 def test_the_python_api_uses_the_same_defaults_as_the_cli():
@@ -121,12 +165,31 @@ def test_engine_from_config_plans_and_answers():
 
 
 def test_a_20000_character_question_is_refused_with_a_message(fake_parts, capsys):
-    engine = Engine.from_config(EngineConfig(measure_costs=False), llm=scripted(), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(
+        EngineConfig(measure_costs=False), llm=scripted(), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()
+    )
     with pytest.raises(LimitError, match="20,000 characters, more than 2,000"):
         engine.ask("why " * 5000)
     assert main(["ask", "x" * 20_000, "--index", "unused", "--quiet"]) == 2
     assert "the question has 20,000 characters" in capsys.readouterr().err
-    assert main(["ask", "x" * 20_000, "--index", "unused", "--quiet", "--max-question-chars", "30000", "--strategy", "linear", "--max-hops", "1"]) == 0
+    assert (
+        main(
+            [
+                "ask",
+                "x" * 20_000,
+                "--index",
+                "unused",
+                "--quiet",
+                "--max-question-chars",
+                "30000",
+                "--strategy",
+                "linear",
+                "--max-hops",
+                "1",
+            ]
+        )
+        == 0
+    )
 
 
 def test_bad_options_are_config_errors():
@@ -138,7 +201,18 @@ def test_bad_options_are_config_errors():
 
 @pytest.mark.parametrize("strategy", ["tree", "linear"])
 def test_explain_analyze_annotates_each_node_with_actuals(fake_parts, capsys, strategy):
-    argv = ["explain", QUESTION, "--index", "unused", "--strategy", strategy, "--analyze", "--quiet", "--cost-model", "structural"]
+    argv = [
+        "explain",
+        QUESTION,
+        "--index",
+        "unused",
+        "--strategy",
+        strategy,
+        "--analyze",
+        "--quiet",
+        "--cost-model",
+        "structural",
+    ]
     assert main(argv) == 0
     text = capsys.readouterr().out
     assert "actual time=" in text and "Answer: Rush" in text and "Search: exact" in text

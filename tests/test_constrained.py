@@ -131,7 +131,9 @@ def test_constrained_requests_decoded_together_equal_one_at_a_time(llm):
     if not hasattr(llm, "runtime"):
         pytest.skip("transformers runs one request at a time")
     prompts = [planning.PARSE.messages(question=q) for q in QUESTIONS]
-    sequential = [llm.fork().chat(m, max_tokens=3000, constraint=ir_constraint(q, 4)).text for q, m in zip(QUESTIONS, prompts)]
+    sequential = [
+        llm.fork().chat(m, max_tokens=3000, constraint=ir_constraint(q, 4)).text for q, m in zip(QUESTIONS, prompts)
+    ]
     start = threading.Barrier(len(prompts))
 
     def run(pair):

@@ -56,7 +56,10 @@ def test_a_backend_that_applies_grammars_gets_the_ir_constraint_and_a_budget_it_
     assert call["max_tokens"] == max_reply_bytes(3, QUESTION)
     assert result.constrained and result.attempts == 1 and result.repairs == 0
     assert result.usage.forced_tokens == 12 and (result.mask_ms, result.decode_ms) == (1.5, 100.0)
-    assert result.describe() == "constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)"
+    assert (
+        result.describe()
+        == "constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)"
+    )
 
 
 def test_a_constrained_reply_with_a_semantic_error_is_repaired_under_the_grammar():
@@ -88,13 +91,20 @@ def test_constrained_off_asks_freely_with_the_prompts_stops_and_budget():
     llm = Grammared(GOOD)
     result = parse_question(QUESTION, llm, constrained=False)
     (call,) = llm.calls
-    assert call["constraint"] is None and call["stop"] == planning.PARSE.stop and call["max_tokens"] == planning.PARSE.max_tokens
+    assert (
+        call["constraint"] is None
+        and call["stop"] == planning.PARSE.stop
+        and call["max_tokens"] == planning.PARSE.max_tokens
+    )
     assert not result.constrained and result.describe() == "unconstrained, 1 attempt, 0 repairs"
 
 
 def test_relation_classification_is_constrained_to_the_four_words_without_retries():
     llm = Grammared("sibling")
-    query = Query(atoms=(Atom("q1", Var("a"), Const("p"), Const("x")), Atom("q2", Var("a"), Const("r"), Const("y"))), answer=Var("a"))
+    query = Query(
+        atoms=(Atom("q1", Var("a"), Const("p"), Const("x")), Atom("q2", Var("a"), Const("r"), Const("y"))),
+        answer=Var("a"),
+    )
     kind, usage = llm_asker(llm)(query, query.atoms[0], query.atoms[1])
     (call,) = llm.calls
     assert kind == "sibling" and call["constraint"].grammar == choice(KINDS).grammar and usage.forced_tokens == 12
@@ -104,8 +114,15 @@ def test_relation_classification_is_constrained_to_the_four_words_without_retrie
 
 
 def test_explain_analyze_says_how_the_question_was_parsed_and_counts_forced_tokens():
-    usage = Usage(prompt_tokens=300, cached_prompt_tokens=250, generated_tokens=20, forced_tokens=15, wall_ms=900.0, calls=1)
-    parse_step = Step.llm("parse", usage, GOOD, note="constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)")
+    usage = Usage(
+        prompt_tokens=300, cached_prompt_tokens=250, generated_tokens=20, forced_tokens=15, wall_ms=900.0, calls=1
+    )
+    parse_step = Step.llm(
+        "parse",
+        usage,
+        GOOD,
+        note="constrained by the generation grammar, 1 attempt, 0 repairs (repairs for semantic errors only)",
+    )
     result = RunResult(question=QUESTION, answer="x", strategy="tree", trace=(parse_step,))
     (line,) = parsing_lines(result)
     assert line == (
@@ -162,6 +179,8 @@ def test_the_gbnf_form_accepts_what_the_lark_grammar_generates(data, question, m
     grammar = whole_grammar(max_atoms, question)
     text = data.draw(from_lark(lark.Lark(grammar, start="start")))
     tokenizer = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_Bytes()))
-    matcher = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_lark(gbnf_to_lark(to_gbnf(grammar))), log_level=0)
+    matcher = llguidance.LLMatcher(
+        tokenizer, llguidance.LLMatcher.grammar_from_lark(gbnf_to_lark(to_gbnf(grammar))), log_level=0
+    )
     raw = text.encode("utf-8")
     assert matcher.try_consume_tokens(list(raw)) == len(raw) and matcher.is_accepting(), json.dumps(text)

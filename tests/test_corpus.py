@@ -79,10 +79,13 @@ def test_skip_collects_errors_and_warns(tmp_path):
     assert "duplicate id 'a' (first seen on line 1)" in messages[5]
 
 
-@pytest.mark.parametrize("bad, line, words", [
-    (record(id="x", title="t"), 2, "missing or empty text"),
-    (record(id="a", text="again"), 2, "duplicate id"),
-])
+@pytest.mark.parametrize(
+    "bad, line, words",
+    [
+        (record(id="x", title="t"), 2, "missing or empty text"),
+        (record(id="a", text="again"), 2, "duplicate id"),
+    ],
+)
 def test_fail_mode_stops_at_first_bad_record(tmp_path, bad, line, words):
     path = write_jsonl(tmp_path / "c.jsonl", [GOOD[0], bad, GOOD[1]])
     with pytest.raises(CorpusError, match=words) as info:
@@ -96,7 +99,9 @@ def test_invalid_utf8_line_is_reported_and_skippable(tmp_path):
     corpus = Corpus(path, on_error="skip")
     with pytest.warns(UserWarning):
         assert [p.id for p in corpus] == ["a", "b"]
-    assert corpus.skipped[0].line == 2 and str(corpus.skipped[0]).endswith("c.jsonl:2: not UTF-8 text (byte 0xff at column 22); save the file as UTF-8")
+    assert corpus.skipped[0].line == 2 and str(corpus.skipped[0]).endswith(
+        "c.jsonl:2: not UTF-8 text (byte 0xff at column 22); save the file as UTF-8"
+    )
 
 
 def test_truncated_gzip_is_reported(tmp_path):

@@ -62,7 +62,10 @@ def test_user_cost_file_on_the_search_path(tmp_path, monkeypatch):
     "text, message",
     [
         ("cost = depth + nothing", r"1:16: unknown name 'nothing'"),
-        ("param a = 1\ncost = depth *", r"2:14: cannot read the cost model here \(the text ends in the middle of a statement\)"),
+        (
+            "param a = 1\ncost = depth *",
+            r"2:14: cannot read the cost model here \(the text ends in the middle of a statement\)",
+        ),
         ("cost = depth *\n", r"1:15: cannot read the cost model here \(the line ends in the middle of a statement\)"),
         ("param a = 1", "no 'cost = ...' statement"),
         ("cost = sqrt(depth)", "unknown function 'sqrt'"),
@@ -127,6 +130,11 @@ def test_a_wrong_declaration_is_caught():
 
 def test_cost_directions_follow_signs_and_functions():
     assert CostModel.parse("cost = -depth").directions() == {"height": -1}
-    assert CostModel.parse("param w = -2\ncost = w * edges + max(imbalance, 1)").directions() == {"edges": -1, "imbalance": 1}
+    assert CostModel.parse("param w = -2\ncost = w * edges + max(imbalance, 1)").directions() == {
+        "edges": -1,
+        "imbalance": 1,
+    }
     assert CostModel.parse("cost = abs(depth - 2) + size / depth").directions() == {"height": None, "size": None}
-    assert CostModel.parse("cost = similarity").directions() == {} and CostModel.parse("cost = similarity").semantic == {"similarity"}
+    assert CostModel.parse("cost = similarity").directions() == {} and CostModel.parse(
+        "cost = similarity"
+    ).semantic == {"similarity"}

@@ -16,7 +16,11 @@ pytestmark = pytest.mark.real_model
 
 PASSAGES = [
     {"id": "a1", "title": "Jaws (film)", "text": "Jaws is a 1975 thriller film directed by Steven Spielberg."},
-    {"id": "a2", "title": "Steven Spielberg", "text": "Steven Spielberg is an American film director born in Cincinnati, Ohio."},
+    {
+        "id": "a2",
+        "title": "Steven Spielberg",
+        "text": "Steven Spielberg is an American film director born in Cincinnati, Ohio.",
+    },
     {"id": "a3", "title": "Cincinnati", "text": "Cincinnati is a city in the state of Ohio."},
     {"id": "a4", "title": "Ada Lovelace", "text": "Ada Lovelace was born on 10 December 1815 in London."},
     {"id": "a5", "title": "Charles Babbage", "text": "Charles Babbage was born on 26 December 1791 in London."},
@@ -41,12 +45,38 @@ def engine(index):
 
 
 def test_ask_linear_json_on_the_real_model(index, capsys):
-    code = main(["ask", QUESTION, "--index", str(index), "--model", "smollm2-135m", "--strategy", "linear", "--max-hops", "3", "-k", "2", "--json", "--quiet"])
+    code = main(
+        [
+            "ask",
+            QUESTION,
+            "--index",
+            str(index),
+            "--model",
+            "smollm2-135m",
+            "--strategy",
+            "linear",
+            "--max-hops",
+            "3",
+            "-k",
+            "2",
+            "--json",
+            "--quiet",
+        ]
+    )
     assert code == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"question", "answer", "strategy", "supporting", "stats", "trace"}
     stats = data["stats"]
-    assert set(stats) >= {"llm_calls", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "hops", "stop_reason", "planning_ms", "execution_ms"}
+    assert set(stats) >= {
+        "llm_calls",
+        "prompt_tokens",
+        "cached_prompt_tokens",
+        "generated_tokens",
+        "hops",
+        "stop_reason",
+        "planning_ms",
+        "execution_ms",
+    }
     assert 1 <= stats["hops"] <= 3
     assert stats["stop_reason"] in ("terminator", "max_hops", "empty_question")
     assert stats["llm_calls"] == 2 * stats["hops"] + 1 + (stats["stop_reason"] != "max_hops")
@@ -62,7 +92,9 @@ def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engin
     from nlqo.execute.linear import LinearExecutor
 
     with_reuse = engine.linear.run(QUESTION)
-    without = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=2, max_hops=3, kv_reuse=False).run(QUESTION)
+    without = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=2, max_hops=3, kv_reuse=False).run(
+        QUESTION
+    )
     assert with_reuse.answer == without.answer
     assert [s.text for s in with_reuse.trace if s.kind == "llm"] == [s.text for s in without.trace if s.kind == "llm"]
     assert without.stats()["cached_prompt_tokens"] == 0
@@ -72,16 +104,18 @@ def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engin
 def test_tree_on_the_real_model(engine):
     from nlqo.syntax import parse
 
-    query = parse(
-        f'question "{QUESTION}"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
-    )
+    query = parse(f'question "{QUESTION}"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city')
     plan = engine.optimizer.optimize(query)
     result = engine.tree.run(plan)
     nodes = [s.node for s in result.trace if s.kind == "retrieve"]
     assert nodes.index("q1") < nodes.index("q2") < nodes.index("$root")
     # questions by substitution (the default): one answer call per node, a rewrite only where a
     # child's answer is empty
-    rewritten = [s.node for s in result.trace if s.kind == "retrieve" and s.node != "$root" and not s.note.startswith("question by substitution")]
+    rewritten = [
+        s.node
+        for s in result.trace
+        if s.kind == "retrieve" and s.node != "$root" and not s.note.startswith("question by substitution")
+    ]
     assert len([s for s in result.trace if s.kind == "llm"]) == 3 + len(rewritten)
     assert "q1" not in rewritten  # a leaf has no children to wait for
     assert result.stop_reason == "root_answered" and result.answer
@@ -93,7 +127,13 @@ def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_
 
     question = "Who was born first, Ada Lovelace or Charles Babbage?"
     hits = engine.linear.retriever.search("Ada Lovelace Charles Babbage born", 2)
-    ran = RunResult(question=question, answer="London", strategy="linear", trace=(Step.retrieve("hop-1", question, hits, 1.0),), stop_reason="terminator")
+    ran = RunResult(
+        question=question,
+        answer="London",
+        strategy="linear",
+        trace=(Step.retrieve("hop-1", question, hits, 1.0),),
+        stop_reason="terminator",
+    )
     result = held_to_options(ran, engine.llm)
     # the constraint leaves the 135M model no other reply (llama.cpp applies it token by token)
     assert result.answer in ("Ada Lovelace", "Charles Babbage") and result.stop_reason == f"terminator; {HELD}"
@@ -103,7 +143,28 @@ def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_
 
 def test_explain_analyze_json_shape(index, capsys, repo):
     ir = repo / "examples" / "director_birthplace.nlqo"
-    code = main(["explain", QUESTION, "--index", str(index), "--model", "smollm2-135m", "--ir", str(ir), "--analyze", "--format", "json", "--max-hops", "2", "-k", "2", "--quiet", "--strategy", "tree"])
+    code = main(
+        [
+            "explain",
+            QUESTION,
+            "--index",
+            str(index),
+            "--model",
+            "smollm2-135m",
+            "--ir",
+            str(ir),
+            "--analyze",
+            "--format",
+            "json",
+            "--max-hops",
+            "2",
+            "-k",
+            "2",
+            "--quiet",
+            "--strategy",
+            "tree",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0
     data = json.loads(out)
@@ -113,12 +174,15 @@ def test_explain_analyze_json_shape(index, capsys, repo):
     assert set(data["physical"]["estimates"]) == {"linear", "tree"}
     assert data["analyze"]["stats"]["execution_ms"] > 0
     actual = {n["id"]: n["actual"] for n in data["nodes"]}
-    substituted = {s["node"] for s in data["analyze"]["trace"] if s["kind"] == "retrieve" and s["note"].startswith("question by substitution")}
+    substituted = {
+        s["node"]
+        for s in data["analyze"]["trace"]
+        if s["kind"] == "retrieve" and s["note"].startswith("question by substitution")
+    }
     assert "q1" in substituted  # a leaf's question is its atom (questions by substitution, the default)
     assert actual["q1"]["llm_calls"] == 1 and actual["$root"]["llm_calls"] == 1
     assert actual["q2"]["llm_calls"] == (1 if "q2" in substituted else 2)  # a rewrite where q1's answer was empty
     assert all(a["generated_tokens"] > 0 and len(a["passages"]) == 2 and a["actual_ms"] > 0 for a in actual.values())
-
 
 
 def test_explain_analyze_page_on_the_real_model(index, tmp_path, repo):
@@ -126,7 +190,28 @@ def test_explain_analyze_page_on_the_real_model(index, tmp_path, repo):
 
     ir = repo / "examples" / "director_birthplace.nlqo"
     page = tmp_path / "plan.html"
-    code = main(["explain", QUESTION, "--index", str(index), "--model", "smollm2-135m", "--ir", str(ir), "--analyze", "--format", "html", "--out", str(page), "-k", "2", "--quiet", "--strategy", "tree"])
+    code = main(
+        [
+            "explain",
+            QUESTION,
+            "--index",
+            str(index),
+            "--model",
+            "smollm2-135m",
+            "--ir",
+            str(ir),
+            "--analyze",
+            "--format",
+            "html",
+            "--out",
+            str(page),
+            "-k",
+            "2",
+            "--quiet",
+            "--strategy",
+            "tree",
+        ]
+    )
     assert code == 0
     html = page.read_text()
     (block,) = re.findall(r'<script type="application/json" id="nlqo-plans">(.*?)</script>', html, re.S)
@@ -135,8 +220,14 @@ def test_explain_analyze_page_on_the_real_model(index, tmp_path, repo):
     for node in data["nodes"]:
         steps = [trace[i] for i in node["actual"]["steps"]]
         retrieval = next(s for s in steps if s["kind"] == "retrieve")
-        asked_directly = node["id"] == "$root" or retrieval["note"].startswith("question by substitution")  # else rewritten first
-        assert [s["kind"] for s in steps if s["kind"] != "stop"] == (["retrieve", "llm"] if asked_directly else ["llm", "retrieve", "llm"])
+        asked_directly = node["id"] == "$root" or retrieval["note"].startswith(
+            "question by substitution"
+        )  # else rewritten first
+        assert [s["kind"] for s in steps if s["kind"] != "stop"] == (
+            ["retrieve", "llm"] if asked_directly else ["llm", "retrieve", "llm"]
+        )
         assert all(s["prompt"].startswith("[system]") and s["text"] for s in steps if s["kind"] == "llm")
         passages = [p for s in steps if s["kind"] == "retrieve" for p in s["passages"]]
-        assert len(passages) == 2 and all(p["text"] and p["text"] in steps[-1]["prompt"] for p in passages)  # the answer prompt shows them
+        assert len(passages) == 2 and all(
+            p["text"] and p["text"] in steps[-1]["prompt"] for p in passages
+        )  # the answer prompt shows them

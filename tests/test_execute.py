@@ -134,7 +134,6 @@ def test_guarded_rewrites_replace_a_copy_of_the_main_question_by_the_atom(guard)
     assert nodes == retriever.queries
 
 
-
 def test_substituted_node_questions_carry_child_answers_and_skip_the_rewrite():
     plan = structural_plan(CHAIN)
     retriever = KeywordRetriever(PASSAGES)
@@ -147,7 +146,10 @@ def test_substituted_node_questions_carry_child_answers_and_skip_the_rewrite():
     assert inner == f"{child} born in city"  # the child's answer in place of ?d
     assert [q for _, q in llm.events][1] == f"What is ?city in: {child} born in ?city?"
     notes = [s.note for s in result.trace if s.kind == "retrieve"]
-    assert notes[:2] == ["question by substitution: What is ?d in: ?d directed Jaws?", f"question by substitution: What is ?city in: {child} born in ?city?"]
+    assert notes[:2] == [
+        "question by substitution: What is ?d in: ?d directed Jaws?",
+        f"question by substitution: What is ?city in: {child} born in ?city?",
+    ]
     assert notes[2] == "" and root.startswith("In which city was the director of Jaws born?")
     assert len(result.llm_steps) == 3
 
@@ -193,10 +195,21 @@ def linear_llm():
 
     def reply(prompt: str) -> str:
         if prompt.rstrip().endswith("Question:"):
-            n = prompt.count("Based on the contexts,") - LINEAR.prefix.count("Based on the contexts,")  # the demonstrations' own
-            return [" Who directed the film Jaws?", " Where was Steven Spielberg born?"][n] if n < 2 else " In which city was the director of Jaws born?"
+            n = prompt.count("Based on the contexts,") - LINEAR.prefix.count(
+                "Based on the contexts,"
+            )  # the demonstrations' own
+            return (
+                [" Who directed the film Jaws?", " Where was Steven Spielberg born?"][n]
+                if n < 2
+                else " In which city was the director of Jaws born?"
+            )
         if prompt.rstrip().endswith("Based on the contexts,"):
-            return " Steven Spielberg directed Jaws." if "directed the film Jaws?" in prompt.split("Main Question: In which city was the director of Jaws born?\n")[-1][-400:] else " Spielberg was born in Cincinnati."
+            return (
+                " Steven Spielberg directed Jaws."
+                if "directed the film Jaws?"
+                in prompt.split("Main Question: In which city was the director of Jaws born?\n")[-1][-400:]
+                else " Spielberg was born in Cincinnati."
+            )
         return " Cincinnati.\nextra"
 
     return ScriptedLLM([("", reply)])
@@ -205,19 +218,22 @@ def linear_llm():
 def test_linear_loop_stops_on_the_terminator_and_answers():
     llm = linear_llm()
     retriever = KeywordRetriever(PASSAGES)
-    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False).run("In which city was the director of Jaws born?")
+    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False).run(
+        "In which city was the director of Jaws born?"
+    )
     assert result.answer == "Cincinnati"
     assert result.hops == 2 and result.stop_reason == "terminator"
     assert retriever.queries == ["Who directed the film Jaws?", "Where was Steven Spielberg born?"]
     stop = [s for s in result.trace if s.kind == "stop"][0]
     assert stop.terminator_score >= 0.85
-    assert all(s.terminator_score is not None and s.terminator_score < 0.85 for s in result.trace if s.kind == "retrieve")
+    assert all(
+        s.terminator_score is not None and s.terminator_score < 0.85 for s in result.trace if s.kind == "retrieve"
+    )
     # the scaffold is never generated: every generation is a sub-question, an evidence sentence or the answer
     generated = [s.text for s in result.trace if s.kind == "llm"]
     assert len(generated) == 2 * 2 + 2
     assert not any("To answer the Main Question" in g for g in generated)
     assert {p.id for p in result.supporting} <= {"p1", "p2", "p5"}
-
 
 
 def test_question_first_retrieves_with_the_question_then_proposes_and_stops_on_a_repeat():
@@ -230,7 +246,9 @@ def test_question_first_retrieves_with_the_question_then_proposes_and_stops_on_a
     )
     retriever = KeywordRetriever(PASSAGES)
     question = "In which city was the director of Jaws born?"
-    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(question)
+    result = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(
+        question
+    )
     assert retriever.queries == [question, "Where was Steven Spielberg born?"]
     assert result.answer == "Cincinnati" and result.hops == 2 and result.stop_reason == "terminator"
     retrievals = [s for s in result.trace if s.kind == "retrieve"]
@@ -238,11 +256,21 @@ def test_question_first_retrieves_with_the_question_then_proposes_and_stops_on_a
     # the question's contexts and fact come before the first proposal, which already sees that fact
     first_proposal = llm.calls[1]
     asked = first_proposal.split(f"Main Question: {question}\n")[-1]
-    assert asked.startswith("Contexts:\n[1] ") and "using the following facts:\n- Steven Spielberg directed Jaws." in asked
+    assert (
+        asked.startswith("Contexts:\n[1] ") and "using the following facts:\n- Steven Spielberg directed Jaws." in asked
+    )
     # a first proposal that repeats the question stops at once: one retrieval, the question's own
-    repeat = ScriptedLLM([("Question:$", " " + question), ("Based on the contexts,$", " Spielberg directed Jaws."), ("is:$", " Cincinnati")])
+    repeat = ScriptedLLM(
+        [
+            ("Question:$", " " + question),
+            ("Based on the contexts,$", " Spielberg directed Jaws."),
+            ("is:$", " Cincinnati"),
+        ]
+    )
     retriever = KeywordRetriever(PASSAGES)
-    once = LinearExecutor(repeat, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(question)
+    once = LinearExecutor(repeat, retriever, HashEmbedder(), k=2, kv_reuse=False, template=LINEAR_QUESTION_FIRST).run(
+        question
+    )
     assert retriever.queries == [question] and once.hops == 1 and once.stop_reason == "terminator"
 
 
@@ -251,9 +279,19 @@ def test_question_first_demonstrations_read_the_question_contexts_before_any_pro
         first, _, rest = demo.partition("\n")
         assert rest.startswith("Contexts:\n[1] ") and "I propose" in rest
     config = EngineConfig(cost_model="structural", measure_costs=False, question_first=True)
-    engine = Engine.from_config(config, llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(
+        config, llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()
+    )
     assert engine.linear.template is LINEAR_QUESTION_FIRST
-    assert Engine.from_config(config.with_options(question_first=False), llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()).linear.template is LINEAR
+    assert (
+        Engine.from_config(
+            config.with_options(question_first=False),
+            llm=ScriptedLLM([("", "x")]),
+            retriever=KeywordRetriever(PASSAGES),
+            embedder=HashEmbedder(),
+        ).linear.template
+        is LINEAR
+    )
 
 
 def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_last_fact():
@@ -266,14 +304,24 @@ def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_la
     )
     retriever = KeywordRetriever(PASSAGES)
     executor = LinearExecutor(llm, retriever, HashEmbedder(), k=2, kv_reuse=False)
-    result = executor.run("In which city was the director of Jaws born?", steps=("?d directed Jaws", "?d born in ?city"))
+    result = executor.run(
+        "In which city was the director of Jaws born?", steps=("?d directed Jaws", "?d born in ?city")
+    )
     assert retriever.queries == ["d directed Jaws", "Steven Spielberg directed Jaws. d born in city"]
     assert result.answer == "Cincinnati" and result.hops == 2 and result.stop_reason == "terminator"
     generated = [s.text for s in result.trace if s.kind == "llm"]
     # two evidence sentences, the third hop's (generated) question that the terminator stops, the answer
-    assert generated == [" Steven Spielberg directed Jaws.", " Spielberg was born in Cincinnati.", " In which city was the director of Jaws born?", " Cincinnati"]
+    assert generated == [
+        " Steven Spielberg directed Jaws.",
+        " Spielberg was born in Cincinnati.",
+        " In which city was the director of Jaws born?",
+        " Cincinnati",
+    ]
     final_prompt = llm.calls[-1]
-    assert "Question: ?d directed Jaws\nContexts:" in final_prompt and "Question: ?d born in ?city\nContexts:" in final_prompt
+    assert (
+        "Question: ?d directed Jaws\nContexts:" in final_prompt
+        and "Question: ?d born in ?city\nContexts:" in final_prompt
+    )
 
 
 SINGLE = parse('question "Who directed Jaws?"\nq1 = (?d, "directed", "Jaws")\nanswer ?d')
@@ -281,17 +329,26 @@ SINGLE = parse('question "Who directed Jaws?"\nq1 = (?d, "directed", "Jaws")\nan
 
 def test_a_single_atom_plan_may_be_answered_by_one_retrieval_when_that_is_cheapest():
     plan = structural_plan(SINGLE)
-    for profile in (BackendProfile(), BackendProfile(concurrency=8, kv_reuse=False, prefill_ms_per_token=0.2, decode_ms_per_token=20)):
+    for profile in (
+        BackendProfile(),
+        BackendProfile(concurrency=8, kv_reuse=False, prefill_ms_per_token=0.2, decode_ms_per_token=20),
+    ):
         physical = lower(plan, profile, simple="retrieve")
         assert physical.operator == "retrieve" and set(physical.estimates) == {"linear", "tree", "retrieve"}
-        assert physical.estimates["retrieve"].llm_calls == 1 and physical.reason.startswith("single plan: retrieve est.")
+        assert physical.estimates["retrieve"].llm_calls == 1 and physical.reason.startswith(
+            "single plan: retrieve est."
+        )
         assert lower(plan, profile).operator != "retrieve"  # only when asked for
-    assert lower(structural_plan(CHAIN), BackendProfile(), simple="retrieve").operator == "linear"  # two atoms: not simple
+    assert (
+        lower(structural_plan(CHAIN), BackendProfile(), simple="retrieve").operator == "linear"
+    )  # two atoms: not simple
 
 
 def single_atom_engine(ir: str, **options) -> tuple[Engine, ScriptedLLM]:
     llm = ScriptedLLM([("nlqo IR", ir), ("given documents", "Steven Spielberg"), ("", " x")])
-    config = EngineConfig(cost_model="structural", strategy="auto", measure_costs=False, repairs=0, policy="structural", **options)
+    config = EngineConfig(
+        cost_model="structural", strategy="auto", measure_costs=False, repairs=0, policy="structural", **options
+    )
     return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()), llm
 
 
@@ -375,7 +432,13 @@ def test_the_relations_step_carries_the_relation_calls_tokens_and_counts_each_ca
         return "Rush"
 
     llm = ScriptedLLM([("", reply)])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    engine = Engine.from_config(
+        EngineConfig(kv_reuse=False, policy="structural"),
+        llm=llm,
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+        profile=BackendProfile(),
+    )
     result = engine.ask("Which Canadian band released Counterparts and had a famous drummer?", strategy="tree")
     relation_prompts = [c for c in llm.calls if "Relation of A" in c]
     assert result.plan is not None and result.plan.stats.llm_calls == len(relation_prompts) >= 2
@@ -399,7 +462,13 @@ def test_engine_auto_plans_lowers_and_runs():
 
     llm = ScriptedLLM([("", reply)])
     # costed as a local backend with KV reuse: the chain goes to the linear template
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    engine = Engine.from_config(
+        EngineConfig(kv_reuse=False, policy="structural"),
+        llm=llm,
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+        profile=BackendProfile(),
+    )
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.physical.operator == "linear"
     assert result.plan is not None and dict(result.plan.tree.parent) == {"q1": "q2", "q2": ROOT}
@@ -407,7 +476,13 @@ def test_engine_auto_plans_lowers_and_runs():
     assert result.planning_ms > 0 and result.stats()["llm_calls"] >= 3
     tree = engine.ask("In which city was the director of Jaws born?", strategy="tree")
     assert tree.physical.operator == "tree" and tree.answer == "Steven Spielberg"
-    plain = Engine.from_config(EngineConfig(kv_reuse=False, plan_hints=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder(), profile=BackendProfile())
+    plain = Engine.from_config(
+        EngineConfig(kv_reuse=False, plan_hints=False, policy="structural"),
+        llm=llm,
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+        profile=BackendProfile(),
+    )
     unhinted = plain.ask("In which city was the director of Jaws born?", strategy="auto")
     assert unhinted.physical.operator == "linear" and unhinted.physical.hints  # the plan still has them ...
     assert "Plan step" not in llm.calls[-1]  # ... but the template is not shown them
@@ -417,7 +492,12 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
     from nlqo.cli import common, main
 
     llm = ScriptedLLM([("", "I cannot write that.")])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, measure_costs=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(
+        EngineConfig(kv_reuse=False, measure_costs=False, policy="structural"),
+        llm=llm,
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
     monkeypatch.setattr(common, "build_engine", lambda args: engine)
     code = main(["explain", "zzz", "--index", str(tmp_path), "--quiet"])
     err = capsys.readouterr().err
@@ -429,27 +509,44 @@ def test_explain_of_an_unparseable_question_is_a_clear_error(monkeypatch, tmp_pa
 
 def test_ask_falls_back_to_the_template_when_parsing_fails():
     llm = ScriptedLLM([("nlqo IR", "nonsense"), ("Question:$", " who?"), ("", " Cincinnati")])
-    engine = Engine.from_config(EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False, policy="structural"), llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    engine = Engine.from_config(
+        EngineConfig(kv_reuse=False, max_hops=2, measure_costs=False, policy="structural"),
+        llm=llm,
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
     result = engine.ask("In which city was the director of Jaws born?", strategy="auto")
     assert result.stop_reason.startswith("parse_failed; ")
     assert result.answer == "Cincinnati" and result.plan is None
 
 
 def test_hop_counts_at_lower_taus_can_be_read_off_one_run():
-    subs = ["alpha beta gamma delta", "zeta eta", "alpha beta zeta", "alpha beta gamma delta epsilon zeta", "alpha beta gamma delta epsilon"]
+    subs = [
+        "alpha beta gamma delta",
+        "zeta eta",
+        "alpha beta zeta",
+        "alpha beta gamma delta epsilon zeta",
+        "alpha beta gamma delta epsilon",
+    ]
 
     def run(tau: float):
         def reply(prompt: str) -> str:
             if prompt.rstrip().endswith("Question:"):
-                n = prompt.count("Based on the contexts,") - LINEAR.prefix.count("Based on the contexts,")  # the demonstrations' own
+                n = prompt.count("Based on the contexts,") - LINEAR.prefix.count(
+                    "Based on the contexts,"
+                )  # the demonstrations' own
                 return " " + subs[min(n, len(subs) - 1)]
             return " fact." if prompt.rstrip().endswith("Based on the contexts,") else " answer"
 
-        executor = LinearExecutor(ScriptedLLM([("", reply)]), KeywordRetriever(PASSAGES), HashEmbedder(), tau=tau, max_hops=6, kv_reuse=False)
+        executor = LinearExecutor(
+            ScriptedLLM([("", reply)]), KeywordRetriever(PASSAGES), HashEmbedder(), tau=tau, max_hops=6, kv_reuse=False
+        )
         return executor.run("alpha beta gamma delta epsilon")
 
     top = run(0.99)
-    scores = [s.terminator_score for s in top.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None]
+    scores = [
+        s.terminator_score for s in top.trace if s.kind in ("retrieve", "stop") and s.terminator_score is not None
+    ]
     assert len(scores) == top.hops + 1 and top.stop_reason == "terminator"
     seen = set()
     for tau in (0.2, 0.4, 0.6, 0.8, 0.95):
@@ -490,8 +587,13 @@ def test_backend_costs_are_measured_by_two_probes():
 def test_the_bench_auto_strategy_lowers_on_measured_costs_and_the_others_do_not_probe():
     from nlqo.strategies import build_strategy
 
-    built = {name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder()) for name in ("auto", "tree")}
-    assert built["auto"].engine.profile.source == "measured" and built["auto"].engine.profile.decode_ms_per_token == pytest.approx(90.0)
+    built = {
+        name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+        for name in ("auto", "tree")
+    }
+    assert built["auto"].engine.profile.source == "measured" and built[
+        "auto"
+    ].engine.profile.decode_ms_per_token == pytest.approx(90.0)
     assert built["tree"].engine.profile.source == "assumed"
 
 

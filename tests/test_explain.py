@@ -41,7 +41,19 @@ def test_text_matches_golden(example, capsys):
 def test_json_shape(example, capsys):
     data = json.loads(run_cli(capsys, "plan", str(example), "--cost-model", "structural", "--format", "json"))
     assert set(data) >= {"question", "answer_var", "root", "nodes", "cost", "stats"}
-    assert set(data["stats"]) >= {"planning_ms", "llm_calls", "cache_hits", "subsets", "pruned_pairs", "fallback", "left_out", "budget", "beam", "beam_dropped", "exact"}
+    assert set(data["stats"]) >= {
+        "planning_ms",
+        "llm_calls",
+        "cache_hits",
+        "subsets",
+        "pruned_pairs",
+        "fallback",
+        "left_out",
+        "budget",
+        "beam",
+        "beam_dropped",
+        "exact",
+    }
     assert data["version"] == 2 and data["stats"]["exact"] is True and data["stats"]["beam_dropped"] == 0
     assert set(data["cost"]) >= {"total", "terms"}
     ids = [n["id"] for n in data["nodes"]]

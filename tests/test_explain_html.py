@@ -42,7 +42,11 @@ SCRIPT = "<script>window.__pwned = 'script'</script>"
 IMAGE = "<img src=x onerror=\"window.__pwned = 'img'\">"
 LINK = "<a href=\"javascript:window.__pwned = 'link'\">click me</a>"
 HOSTILE = [
-    Passage("evil", f"Evil {SCRIPT} title", f"Ada Lovelace was born on 10 December 1815. {SCRIPT} {IMAGE} {LINK} & &amp; \u2028 end"),
+    Passage(
+        "evil",
+        f"Evil {SCRIPT} title",
+        f"Ada Lovelace was born on 10 December 1815. {SCRIPT} {IMAGE} {LINK} & &amp; \u2028 end",
+    ),
     *PASSAGES,
 ]
 DATA = re.compile(r'<script type="application/json" id="nlqo-plans">(.*?)</script>', re.S)
@@ -56,7 +60,13 @@ def page_data(html: str) -> list[dict]:
 # --- the page as text ----------------------------------------------------------------------------
 
 
-@given(st.recursive(st.text() | st.integers() | st.none(), lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner), max_leaves=8))
+@given(
+    st.recursive(
+        st.text() | st.integers() | st.none(),
+        lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+        max_leaves=8,
+    )
+)
 def test_embedded_json_is_inert_and_parses_back(data):
     text = explain_html.script_json(data)
     assert not set(text) & set("<>&\u2028\u2029")
@@ -68,7 +78,9 @@ def test_the_page_is_self_contained_and_carries_one_copy_of_the_data():
     assert html.count("<script") == 2 and "</script><" not in html.split("nlqo-plans")[1][:200]
     assert page_data(html)[0]["explain"]["question"] == SCRIPT
     template = explain_html.TEMPLATE.read_text()
-    assert not re.search(r"https?:|//[a-z]|\bsrc=|\bhref=|@import|url\(|innerHTML|outerHTML|insertAdjacentHTML|document\.write", template)
+    assert not re.search(
+        r"https?:|//[a-z]|\bsrc=|\bhref=|@import|url\(|innerHTML|outerHTML|insertAdjacentHTML|document\.write", template
+    )
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
     assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and csp.count("'sha256-") == 2
     with pytest.raises(ValueError):
@@ -109,7 +121,17 @@ def tree_llm(answer: str = "Charles Babbage") -> PacedLLM:
     return PacedLLM(ScriptedLLM([], default=reply))
 
 
-def explain_page(tmp_path, monkeypatch, llm, *, passages=PASSAGES, ir: str | None = None, strategy: str = "tree", analyze: bool = True, **engine) -> tuple[Path, dict]:
+def explain_page(
+    tmp_path,
+    monkeypatch,
+    llm,
+    *,
+    passages=PASSAGES,
+    ir: str | None = None,
+    strategy: str = "tree",
+    analyze: bool = True,
+    **engine,
+) -> tuple[Path, dict]:
     """Run `nlqo explain --format html` on a fresh index of ``passages``; the page and its EXPLAIN dict."""
     index = tmp_path / "index"
     build_index(passages, index, HashEmbedder())
@@ -121,7 +143,21 @@ def explain_page(tmp_path, monkeypatch, llm, *, passages=PASSAGES, ir: str | Non
     ir_file.write_text(ir or OLDER.read_text())
     page = tmp_path / "plan.html"
     question = parse(ir_file.read_text()).question or "?"
-    args = ["explain", question, "--index", str(index), "--ir", str(ir_file), "--strategy", strategy, "--format", "html", "--out", str(page), "--quiet"]
+    args = [
+        "explain",
+        question,
+        "--index",
+        str(index),
+        "--ir",
+        str(ir_file),
+        "--strategy",
+        strategy,
+        "--format",
+        "html",
+        "--out",
+        str(page),
+        "--quiet",
+    ]
     assert main(args + (["--analyze"] if analyze else [])) == 0
     (only,) = page_data(page.read_text())
     return page, only["explain"]
@@ -157,7 +193,9 @@ def click_node(page, node: str) -> dict:
     page.click(f'#tree .node[data-node="{node}"]')
     assert page.wait_for(f"document.getElementById('detail').dataset.node === {json.dumps(node)}")
     page.eval("document.querySelectorAll('#detail details').forEach(d => d.open = true)")
-    return page.eval("({text: document.getElementById('detail').innerText, steps: document.querySelectorAll('#detail .step').length})")
+    return page.eval(
+        "({text: document.getElementById('detail').innerText, steps: document.querySelectorAll('#detail .step').length})"
+    )
 
 
 def ms(x: float) -> str:
@@ -168,7 +206,9 @@ def test_explain_page_draws_every_node_with_its_cost(browser, tmp_path):
     query = parse(OLDER.read_text())
     model = load_cost_model("structural")
     plan = Optimizer(cost_model=model).optimize(query)
-    data = explain.to_dict(plan, model=model, costs=explain.node_costs(plan, model, CostContext(plan.query, plan.relations, None)))
+    data = explain.to_dict(
+        plan, model=model, costs=explain.node_costs(plan, model, CostContext(plan.query, plan.relations, None))
+    )
     path = explain_html.write(tmp_path / "plan.html", [explain_html.entry(data)])
     load(browser, path)
     boxes = nodes_in_dom(browser)
@@ -185,7 +225,9 @@ def test_explain_page_draws_every_node_with_its_cost(browser, tmp_path):
 
 
 def test_explain_analyze_page_shows_actuals_heaviest_node_prompts_and_passages(browser, tmp_path, monkeypatch):
-    path, data = explain_page(tmp_path, monkeypatch, tree_llm(), tree_queries="rewrite")  # a rewrite call per node to show
+    path, data = explain_page(
+        tmp_path, monkeypatch, tree_llm(), tree_queries="rewrite"
+    )  # a rewrite call per node to show
     load(browser, path)
     assert browser.eval("document.getElementById('kind').textContent") == "EXPLAIN ANALYZE"
     assert "Answer: Charles Babbage" in browser.eval("document.getElementById('answer').textContent")
@@ -195,7 +237,10 @@ def test_explain_analyze_page_shows_actuals_heaviest_node_prompts_and_passages(b
         a, figures = node["actual"], boxes[node["id"]]["figures"]
         assert figures["actual_ms"] == f"time {ms(a['actual_ms'])}"
         assert figures["llm_calls"] == f"LLM {a['llm_calls']}" and a["llm_calls"] == (1 if node["id"] == "$root" else 2)
-        assert figures["tokens"] == f"tokens {a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']}"
+        assert (
+            figures["tokens"]
+            == f"tokens {a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']}"
+        )
         assert figures["passages"] == f"passages {len(a['passages'])}" and len(a["passages"]) == 3
         assert figures["cost"].startswith("cost ") and node["operator"] in boxes[node["id"]]["text"]
     # the root's long answer makes it the heaviest node; exactly that box is highlighted
@@ -216,7 +261,9 @@ def test_explain_analyze_page_shows_actuals_heaviest_node_prompts_and_passages(b
 
 
 def test_linear_plan_page_maps_hops_to_atoms_with_terminator_scores(browser, tmp_path, monkeypatch):
-    llm = PacedLLM(ScriptedLLM([("Question:$", [" Who directed Jaws?", " Where was Spielberg born?"]), ("", " Cincinnati.")]))
+    llm = PacedLLM(
+        ScriptedLLM([("Question:$", [" Who directed Jaws?", " Where was Spielberg born?"]), ("", " Cincinnati.")])
+    )
     ir = 'question "In which city was the director of the film Jaws born?"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city\n'
     path, data = explain_page(tmp_path, monkeypatch, llm, ir=ir, strategy="linear", max_hops=2)
     load(browser, path, "#node=q2")  # a fragment opens on a node
@@ -244,10 +291,22 @@ def test_nodes_a_run_never_reached_are_drawn_as_such(browser, tmp_path, monkeypa
     assert "never executed" in click_node(browser, "q2")["text"]
 
 
-def test_the_page_carries_what_format_json_prints_and_opens_nodes_from_the_keyboard(browser, tmp_path, monkeypatch, capsys):
+def test_the_page_carries_what_format_json_prints_and_opens_nodes_from_the_keyboard(
+    browser, tmp_path, monkeypatch, capsys
+):
     path, data = explain_page(tmp_path, monkeypatch, tree_llm(), analyze=False)
     question = parse(OLDER.read_text()).question
-    args = ["explain", question, "--index", str(tmp_path / "index"), "--ir", str(tmp_path / "question.nlqo"), "--strategy", "tree", "--quiet"]
+    args = [
+        "explain",
+        question,
+        "--index",
+        str(tmp_path / "index"),
+        "--ir",
+        str(tmp_path / "question.nlqo"),
+        "--strategy",
+        "tree",
+        "--quiet",
+    ]
     assert main(args + ["--format", "json"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["stats"].pop("planning_ms") >= 0 and data["stats"].pop("planning_ms") >= 0
@@ -261,7 +320,11 @@ def test_the_page_carries_what_format_json_prints_and_opens_nodes_from_the_keybo
 
 
 def test_text_from_the_corpus_question_and_model_shows_as_text_and_runs_nothing(browser, tmp_path, monkeypatch):
-    ir = OLDER.read_text().replace("Who was born first,", f"Who {SCRIPT} was born first,").replace('"Ada Lovelace", "born on"', f'"Ada {IMAGE.replace(chr(34), chr(39))}", "born on"')
+    ir = (
+        OLDER.read_text()
+        .replace("Who was born first,", f"Who {SCRIPT} was born first,")
+        .replace('"Ada Lovelace", "born on"', f'"Ada {IMAGE.replace(chr(34), chr(39))}", "born on"')
+    )
     path, data = explain_page(tmp_path, monkeypatch, tree_llm(answer=f"{IMAGE} {LINK}"), passages=HOSTILE, ir=ir)
     html = path.read_text()
     assert "<img" not in html and "javascript:" in html  # the markup is in the file, as JSON text only
@@ -272,7 +335,12 @@ def test_text_from_the_corpus_question_and_model_shows_as_text_and_runs_nothing(
     assert SCRIPT in body and f"Answer: {answer}" in body  # shown as written
     for node in [n["id"] for n in data["nodes"]]:
         detail = click_node(browser, node)
-        assert node not in ("$root", "q1") or SCRIPT in detail["text"] and IMAGE in detail["text"] and LINK in detail["text"]
+        assert (
+            node not in ("$root", "q1")
+            or SCRIPT in detail["text"]
+            and IMAGE in detail["text"]
+            and LINK in detail["text"]
+        )
     assert browser.eval("typeof window.__pwned") == "undefined"
     assert browser.eval("document.querySelectorAll('img, a, iframe, object, embed, form').length") == 0
     assert browser.eval("document.scripts.length") == 2
@@ -300,8 +368,18 @@ def test_bench_writes_one_plan_page_and_answers_md_links_each_planned_run(browse
     from nlqo.strategies import build_strategy
 
     rows = [
-        {"id": "a", "question": "Who was born first, Ada Lovelace or Charles Babbage?", "answers": ["Charles Babbage"], "supporting_titles": []},
-        {"id": "b", "question": f"Was Ada Lovelace {SCRIPT} born before Charles Babbage?", "answers": ["no"], "supporting_titles": []},
+        {
+            "id": "a",
+            "question": "Who was born first, Ada Lovelace or Charles Babbage?",
+            "answers": ["Charles Babbage"],
+            "supporting_titles": [],
+        },
+        {
+            "id": "b",
+            "question": f"Was Ada Lovelace {SCRIPT} born before Charles Babbage?",
+            "answers": ["no"],
+            "supporting_titles": [],
+        },
     ]
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -311,7 +389,9 @@ def test_bench_writes_one_plan_page_and_answers_md_links_each_planned_run(browse
     index = tmp_path / "index"
     build_index(HOSTILE, index, HashEmbedder())
     retriever = open_retriever(index, "dense", embedder=HashEmbedder())
-    strategies = {n: build_strategy(n, llm, retriever, embedder=HashEmbedder(), k=len(HOSTILE)) for n in ("standard-rag", "tree")}
+    strategies = {
+        n: build_strategy(n, llm, retriever, embedder=HashEmbedder(), k=len(HOSTILE)) for n in ("standard-rag", "tree")
+    }
     out = tmp_path / "run"
     Bench(QuestionSet.load(questions), strategies, out, meta={"model": "scripted", "k": 2}, progress=False).run()
 
@@ -329,13 +409,18 @@ def test_bench_writes_one_plan_page_and_answers_md_links_each_planned_run(browse
 
     path = out / "plans.html"
     load(browser, path, "#plan=2-tree")
-    assert browser.eval("document.getElementById('question').textContent") == f"Was Ada Lovelace {SCRIPT} born before Charles Babbage?"
+    assert (
+        browser.eval("document.getElementById('question').textContent")
+        == f"Was Ada Lovelace {SCRIPT} born before Charles Babbage?"
+    )
     assert browser.eval("document.getElementById('picker').options.length") == 2
     assert set(nodes_in_dom(browser)) == {n["id"] for n in plans[1]["explain"]["nodes"]} >= {"$root", "q1"}
     detail = click_node(browser, "q1")
     assert "prompt not recorded" in detail["text"] and "Evil <script>" in detail["text"]  # passage titles, as text
     assert browser.eval("location.hash") == "#plan=2-tree&node=q1"
-    browser.eval("(() => { const p = document.getElementById('picker'); p.value = '1-tree'; p.dispatchEvent(new Event('change')); })()")
+    browser.eval(
+        "(() => { const p = document.getElementById('picker'); p.value = '1-tree'; p.dispatchEvent(new Event('change')); })()"
+    )
     assert browser.wait_for("document.getElementById('question').textContent.startsWith('Who was born first')")
     assert browser.eval("typeof window.__pwned") == "undefined" and browser.errors() == []
 

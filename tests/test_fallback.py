@@ -89,10 +89,19 @@ def test_a_runs_distinct_passages_keep_first_retrieval_order_and_best_score():
     from nlqo.execute.trace import PassageRef, RunResult, Step
 
     def hop(node, *refs):
-        return Step(node=node, kind="retrieve", passages=tuple(PassageRef(i, i.upper(), s, text=f"text {i}") for i, s in refs))
+        return Step(
+            node=node, kind="retrieve", passages=tuple(PassageRef(i, i.upper(), s, text=f"text {i}") for i, s in refs)
+        )
 
-    result = RunResult("q?", "", "linear", trace=(hop("hop-1", ("a", 0.2), ("b", 0.5)), hop("hop-2", ("c", 0.9), ("a", 0.7), ("d", 0.1))))
+    result = RunResult(
+        "q?",
+        "",
+        "linear",
+        trace=(hop("hop-1", ("a", 0.2), ("b", 0.5)), hop("hop-2", ("c", 0.9), ("a", 0.7), ("d", 0.1))),
+    )
     assert [(r.id, r.score) for r in result.distinct_retrieved()] == [("a", 0.7), ("b", 0.5), ("c", 0.9), ("d", 0.1)]
     assert [r.id for r in best_passages(result, 2)] == ["c", "a"]
-    no_text = RunResult("q?", "", "linear", trace=(Step(node="hop-1", kind="retrieve", passages=(PassageRef("e", "E", 1.0),)),))
+    no_text = RunResult(
+        "q?", "", "linear", trace=(Step(node="hop-1", kind="retrieve", passages=(PassageRef("e", "E", 1.0),)),)
+    )
     assert no_text.distinct_retrieved() == []

@@ -20,7 +20,9 @@ from nlqo.errors import LLMError, NlqoError
 from nlqo.llm.base import ChatMessage
 from nlqo.llm.openai_compat import OpenAICompatLLM
 
-OK = json.dumps({"choices": [{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}], "usage": {}}).encode()
+OK = json.dumps(
+    {"choices": [{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}], "usage": {}}
+).encode()
 HI = [ChatMessage("user", "hi")]
 TIMEOUT = 0.5
 """The backend's ``timeout_s`` in these tests: every wait below is bounded by it."""
@@ -66,7 +68,9 @@ class FaultServer:
                 head += chunk
             header, _, body = head.partition(b"\r\n\r\n")
             lines = header.decode("latin-1").split("\r\n")
-            length = next((int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length"), 0)
+            length = next(
+                (int(v) for k, _, v in (line.partition(":") for line in lines[1:]) if k.lower() == "content-length"), 0
+            )
             while len(body) < length:
                 body += conn.recv(65536)
             behaviour = self.script[min(len(self.requests), len(self.script) - 1)]
@@ -141,16 +145,37 @@ def failure(server: FaultServer, **options) -> tuple[str, list[float]]:
 @pytest.mark.parametrize(
     ("behaviour", "reason"),
     [
-        (reply("500 Internal Server Error", b'{"error": "model crashed"}'), 'HTTP 500 Internal Server Error: {"error": "model crashed"}'),
+        (
+            reply("500 Internal Server Error", b'{"error": "model crashed"}'),
+            'HTTP 500 Internal Server Error: {"error": "model crashed"}',
+        ),
         (reply("429 Too Many Requests", b"slow down"), "HTTP 429 Too Many Requests: slow down"),
         (hang, f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)"),
         (headers_then_stall, f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)"),
-        (trickle(OK, prefix=head("200 OK", len(OK))), f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)"),
-        (trickle(b"HTTP/1.1 200 OK\r\n" + b"X-Filler: 1\r\n" * 90), f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)"),
-        (drop_mid_response, f"the server closed the connection mid-response (20 bytes read, {len(OK) - 20} more expected)"),
+        (
+            trickle(OK, prefix=head("200 OK", len(OK))),
+            f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)",
+        ),
+        (
+            trickle(b"HTTP/1.1 200 OK\r\n" + b"X-Filler: 1\r\n" * 90),
+            f"timed out: no complete response within {TIMEOUT:g} s (timeout_s)",
+        ),
+        (
+            drop_mid_response,
+            f"the server closed the connection mid-response (20 bytes read, {len(OK) - 20} more expected)",
+        ),
         (close_without_answer, "the server closed the connection without answering"),
     ],
-    ids=["500", "429", "hang", "headers-then-stall", "trickled-body", "trickled-headers", "drop-mid-response", "close-without-answer"],
+    ids=[
+        "500",
+        "429",
+        "hang",
+        "headers-then-stall",
+        "trickled-body",
+        "trickled-headers",
+        "drop-mid-response",
+        "close-without-answer",
+    ],
 )
 def test_a_transient_fault_is_retried_a_bounded_number_of_times_with_growing_waits(behaviour, reason):
     with FaultServer(behaviour) as server:
@@ -201,10 +226,22 @@ def test_a_real_sleep_waits_between_attempts():
 @pytest.mark.parametrize(
     ("behaviour", "shown"),
     [
-        (reply(body=b'{"choices": [{"message": '), "response is not JSON (Expecting value: line 1 column 26 (char 25); 25 bytes)"),
-        (reply(body=b"<html>Bad Gateway</html>"), "response is not JSON (Expecting value: line 1 column 1 (char 0); 24 bytes)"),
-        (lambda conn, stop: conn.sendall(head("200 OK", None, "Connection: close") + OK[:30]), "response is not JSON (Unterminated string"),
-        (lambda conn, stop: conn.sendall(head("200 OK", 12) + OK), "response is not JSON (Expecting value: line 1 column 13 (char 12); 12 bytes)"),
+        (
+            reply(body=b'{"choices": [{"message": '),
+            "response is not JSON (Expecting value: line 1 column 26 (char 25); 25 bytes)",
+        ),
+        (
+            reply(body=b"<html>Bad Gateway</html>"),
+            "response is not JSON (Expecting value: line 1 column 1 (char 0); 24 bytes)",
+        ),
+        (
+            lambda conn, stop: conn.sendall(head("200 OK", None, "Connection: close") + OK[:30]),
+            "response is not JSON (Unterminated string",
+        ),
+        (
+            lambda conn, stop: conn.sendall(head("200 OK", 12) + OK),
+            "response is not JSON (Expecting value: line 1 column 13 (char 12); 12 bytes)",
+        ),
     ],
     ids=["truncated-json", "html", "truncated-without-length", "content-length-too-small"],
 )

@@ -147,13 +147,23 @@ class Builders:
 
     def __init__(self, site: Path, cache: Path, work: Path, mode: str):
         self.site, self.work, self.mode = site, work, mode
-        self.env = {**os.environ, "NLQO_CACHE": str(cache), "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+        self.env = {
+            **os.environ,
+            "NLQO_CACHE": str(cache),
+            "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+        }
         self.procs: list[subprocess.Popen] = []
         work.mkdir()
 
     def start(self) -> subprocess.Popen:
         err = open(self.work / f"err-{len(self.procs)}", "w")
-        proc = subprocess.Popen([sys.executable, str(self.site / "builder.py"), self.mode, str(self.work)], env=self.env, stdout=subprocess.PIPE, stderr=err, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(self.site / "builder.py"), self.mode, str(self.work)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
         err.close()
         self.procs.append(proc)
         return proc
@@ -201,7 +211,9 @@ def builders(request, site, cache, tmp_path):
 
 def built_path(cache: Path, mode: str) -> Path:
     model, _ = fake()
-    return gguf_root(cache) / f"{model.name}-{model.sha256[:12]}.gguf" if mode == "assemble" else bundled_dir(model, cache)
+    return (
+        gguf_root(cache) / f"{model.name}-{model.sha256[:12]}.gguf" if mode == "assemble" else bundled_dir(model, cache)
+    )
 
 
 def check_built(cache: Path, mode: str) -> None:
@@ -223,7 +235,10 @@ def test_two_processes_build_one_entry_once_and_the_second_reuses_it(builders, c
     first = builders.start()
     until(lambda: len(builders.events()) == 1, "the first builder started building")
     second = builders.start()
-    until(lambda: "waiting for another process to finish" in builders.stderr(1) or len(builders.events()) > 1, "the second builder waited or built")
+    until(
+        lambda: "waiting for another process to finish" in builders.stderr(1) or len(builders.events()) > 1,
+        "the second builder waited or built",
+    )
     assert not built_path(cache, builders.mode).exists()  # nothing in place while the first is midway
     builders.go()
     one, two = builders.results()
@@ -242,7 +257,10 @@ def test_a_builder_killed_midway_leaves_no_torn_entry_and_the_next_one_builds(bu
     staging = [p for p in built_path(cache, builders.mode).parent.iterdir() if p.name.startswith(".tmp-")]
     assert len(staging) == 1 and any(f.is_file() for f in staging[0].iterdir())  # half-written, beside the entry
     second = builders.start()
-    until(lambda: "waiting for another process" in builders.stderr(1) or len(builders.events()) > 1, "the second builder waited or built")
+    until(
+        lambda: "waiting for another process" in builders.stderr(1) or len(builders.events()) > 1,
+        "the second builder waited or built",
+    )
     first.send_signal(signal.SIGKILL)
     first.wait()
     until(lambda: len(builders.events()) == 2, "the second builder took over")  # the kernel dropped the lock
@@ -289,12 +307,19 @@ def assembled(monkeypatch) -> list[str]:
     return calls
 
 
-@pytest.mark.parametrize(("damage", "shown"), [(flip, "SHA-256 is [0-9a-f]{64}, expected"), (truncate, "SHA-256 is [0-9a-f]{64}, expected")], ids=["flipped", "truncated"])
+@pytest.mark.parametrize(
+    ("damage", "shown"),
+    [(flip, "SHA-256 is [0-9a-f]{64}, expected"), (truncate, "SHA-256 is [0-9a-f]{64}, expected")],
+    ids=["flipped", "truncated"],
+)
 def test_a_damaged_assembled_file_is_found_and_assembled_again(site, cache, assembled, damage, shown):
     model, _ = fake()
     path = bundled_gguf(model, progress=False)
     damage(path)
-    with pytest.warns(RepairWarning, match=f"{re.escape(str(path))}: {shown} {model.sha256} \\(the cached file is damaged\\); assembling it again from the installed packages"):
+    with pytest.warns(
+        RepairWarning,
+        match=f"{re.escape(str(path))}: {shown} {model.sha256} \\(the cached file is damaged\\); assembling it again from the installed packages",
+    ):
         assert bundled_gguf(model, progress=False) == path
     assert path.read_bytes() == b"".join(PAYLOAD)
     assert assembled == [model.name, model.name]
@@ -362,7 +387,11 @@ def _garble(path: Path) -> None:
 @pytest.mark.parametrize(
     ("name", "damage", "shown"),
     [
-        ("model.safetensors", flip, "SHA-256 of model.safetensors is [0-9a-f]{64}, expected " + hashlib.sha256(WEIGHTS).hexdigest()),
+        (
+            "model.safetensors",
+            flip,
+            "SHA-256 of model.safetensors is [0-9a-f]{64}, expected " + hashlib.sha256(WEIGHTS).hexdigest(),
+        ),
         ("model.safetensors", truncate, f"model.safetensors is {len(WEIGHTS) - 3} bytes, expected {len(WEIGHTS)}"),
         ("config.json", _remove, "config.json is missing"),
         (MARKER, _garble, f"its {MARKER} is unreadable"),
@@ -391,16 +420,23 @@ def test_a_conversion_with_new_times_only_is_hashed_and_kept(site, cache, conver
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not resolve_model(model.name, registry=(model,), progress=False).converted_now
-    assert read_marker(dest)["files"]["model.safetensors"]["mtime_ns"] == (dest / "model.safetensors").stat().st_mtime_ns
+    assert (
+        read_marker(dest)["files"]["model.safetensors"]["mtime_ns"] == (dest / "model.safetensors").stat().st_mtime_ns
+    )
     assert len(converter) == 1
 
 
-def test_a_damaged_conversion_without_its_wheels_is_refused_with_the_install_command(site, cache, converter, monkeypatch):
+def test_a_damaged_conversion_without_its_wheels_is_refused_with_the_install_command(
+    site, cache, converter, monkeypatch
+):
     model, _ = fake()
     dest = resolve_model(model.name, registry=(model,), progress=False).path
     flip(dest / "model.safetensors")
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(site)])
     importlib.invalidate_caches()
-    with pytest.raises(ModelNotAvailable, match=r"missing package\(s\) nlqofault-part1==1.0, .*; install it with: nlqo models install fake-model"):
+    with pytest.raises(
+        ModelNotAvailable,
+        match=r"missing package\(s\) nlqofault-part1==1.0, .*; install it with: nlqo models install fake-model",
+    ):
         resolve_model(model.name, registry=(model,), progress=False)
     assert len(converter) == 1

@@ -109,7 +109,9 @@ def runs(out: Path) -> list[tuple[str, str]]:
 
 
 def answers(out: Path) -> dict[tuple[str, str], tuple[str, float]]:
-    return {(r["qid"], r["strategy"]): (r["answer"], r["em"]) for r in read_records(out / "records.jsonl", repair=False)}
+    return {
+        (r["qid"], r["strategy"]): (r["answer"], r["em"]) for r in read_records(out / "records.jsonl", repair=False)
+    }
 
 
 def statistics(out: Path) -> dict:
@@ -153,7 +155,9 @@ def test_a_killed_bench_resumes_with_every_record_once(files, clean, capsys, poi
     assert answers(out) == answers(clean) and statistics(out) == statistics(clean)
     assert {f: (out / "index" / f).read_bytes() for f in index_files} == index_files  # the index is reused as it was
     if point == "torn-record":
-        assert f"nlqo: warning: {out}/records.jsonl:4: dropped a torn last record" in err and "its run goes again" in err
+        assert (
+            f"nlqo: warning: {out}/records.jsonl:4: dropped a torn last record" in err and "its run goes again" in err
+        )
     else:
         assert "warning" not in err
     assert (out / "records.jsonl").read_bytes().endswith(b"}\n") and "Traceback" not in err
@@ -217,10 +221,18 @@ def flip_last_byte(path: Path) -> None:
 DAMAGE = {
     "manifest torn": ("manifest.json", lambda p: p.write_bytes(p.read_bytes()[:100]), "not valid JSON"),
     "manifest not UTF-8": ("manifest.json", lambda p: p.write_bytes(b"\xff\xfe" + p.read_bytes()), "not valid UTF-8"),
-    "manifest of another format": ("manifest.json", lambda p: p.write_text('{"format": "x"}'), "not an nlqo index manifest"),
+    "manifest of another format": (
+        "manifest.json",
+        lambda p: p.write_text('{"format": "x"}'),
+        "not an nlqo index manifest",
+    ),
     "faiss byte flipped": ("dense.faiss", flip_last_byte, "checksum differs from the manifest; the index is damaged"),
     "faiss cut short": ("dense.faiss", lambda p: p.write_bytes(p.read_bytes()[:-8]), "differs from the manifest's"),
-    "store byte flipped": ("passages.sqlite", flip_last_byte, "checksum differs from the manifest; the index is damaged"),
+    "store byte flipped": (
+        "passages.sqlite",
+        flip_last_byte,
+        "checksum differs from the manifest; the index is damaged",
+    ),
     "bm25 file deleted": ("bm25/vocab.index.json", Path.unlink, "listed in the manifest but missing"),
 }
 
@@ -252,7 +264,10 @@ def test_a_damaged_faiss_file_is_refused_even_without_checksums(files, capsys):
     (idx / "dense.faiss").write_bytes(b"\0" * (idx / "dense.faiss").stat().st_size)  # same size
     assert cli("retrieve", "--index", idx, "Salzburg", "--mode", "bm25", "--no-verify") == 2
     err = capsys.readouterr().err
-    assert f"{idx / 'dense.faiss'}: cannot read the FAISS index" in err and "the index is damaged, rebuild it with: nlqo index" in err
+    assert (
+        f"{idx / 'dense.faiss'}: cannot read the FAISS index" in err
+        and "the index is damaged, rebuild it with: nlqo index" in err
+    )
 
 
 def test_bench_rebuilds_a_damaged_index_of_its_own_and_resumes(files, clean, capsys):
@@ -263,7 +278,10 @@ def test_bench_rebuilds_a_damaged_index_of_its_own_and_resumes(files, clean, cap
 
     assert cli(*bench_args(files, "run")) == 0
     err = capsys.readouterr().err
-    assert f"nlqo: warning: {out / 'index' / 'dense.faiss'}: checksum differs" in err and f"rebuilding {out / 'index'} from" in err
+    assert (
+        f"nlqo: warning: {out / 'index' / 'dense.faiss'}: checksum differs" in err
+        and f"rebuilding {out / 'index'} from" in err
+    )
     assert "rebuild it with" not in err
     assert sorted(runs(out)) == ALL_RUNS and statistics(out) == statistics(clean)  # the rebuilt index is the same index
 
@@ -280,7 +298,10 @@ def insert_line(path: Path, number: int, line: bytes) -> None:
     ("line", "says"),
     [
         (b"garbage\n", "not a JSON record (Expecting value"),
-        (b'{"qid": "q1", "strategy": "no-rag", "answer": "\xff\xfe"}\n', "not a JSON record ('utf-8' codec can't decode"),
+        (
+            b'{"qid": "q1", "strategy": "no-rag", "answer": "\xff\xfe"}\n',
+            "not a JSON record ('utf-8' codec can't decode",
+        ),
         (b"[1, 2]\n", "a JSON list, not a record object"),
         (b'{"answer": "Paris"}\n', "record without 'qid', 'strategy'"),
     ],
@@ -305,18 +326,27 @@ def test_a_bad_line_in_the_middle_of_the_records_is_a_located_error(files, clean
 
 def test_a_record_may_hold_any_line_separator_inside_a_string(tmp_path):
     path = tmp_path / "records.jsonl"
-    records = [{"qid": "a", "strategy": "s", "answer": "one\u2028two\x0bthree\x1cfour\rfive"}, {"qid": "b", "strategy": "s", "answer": "x"}]
+    records = [
+        {"qid": "a", "strategy": "s", "answer": "one\u2028two\x0bthree\x1cfour\rfive"},
+        {"qid": "b", "strategy": "s", "answer": "x"},
+    ]
     append_records(path, records)
     assert read_records(path, required=("qid", "strategy")) == records
 
 
-@pytest.mark.parametrize(("content", "says"), [(b'{"dataset": ', "not valid JSON"), (b"[]", "a JSON list, not the object a run writes")])
+@pytest.mark.parametrize(
+    ("content", "says"), [(b'{"dataset": ', "not valid JSON"), (b"[]", "a JSON list, not the object a run writes")]
+)
 def test_a_damaged_run_file_is_a_clear_error(files, clean, capsys, content, says):
     (clean / "run.json").write_bytes(content)
     capsys.readouterr()
     assert cli(*bench_args(files, "clean")) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"nlqo: error: {clean / 'run.json'}: ") and says in err and "delete it to resume the records" in err
+    assert (
+        err.startswith(f"nlqo: error: {clean / 'run.json'}: ")
+        and says in err
+        and "delete it to resume the records" in err
+    )
     (clean / "run.json").unlink()
     assert cli(*bench_args(files, "clean")) == 0 and sorted(runs(clean)) == ALL_RUNS
 
@@ -357,7 +387,9 @@ def test_a_full_disk_during_a_bench_keeps_whole_records_and_a_resume_completes(f
     monkeypatch.setattr(records_module, "open", FullDisk(room=4 * record_size), raising=False)
     assert cli(*bench_args(files, "run")) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"nlqo: error: disk full while writing {out / 'records.jsonl'}: No space left on device; every record finished before is kept")
+    assert err.startswith(
+        f"nlqo: error: disk full while writing {out / 'records.jsonl'}: No space left on device; every record finished before is kept"
+    )
     assert "(free some space and run the same command again)" in err and "Traceback" not in err
     data = (out / "records.jsonl").read_bytes()
     assert data.endswith(b"}\n") and 1 <= len(runs(out)) <= 4 and len(set(runs(out))) == len(runs(out))
@@ -462,7 +494,9 @@ print(json.dumps(report))
 def test_a_really_full_disk_keeps_the_old_index_and_the_records(files, tmp_path):
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("user and mount namespaces are not allowed here")
-    write_corpus(files / "big.jsonl", [(f"big-{i}", f"Big {i}", f"Passage {i} " + "filler words " * 40) for i in range(400)])
+    write_corpus(
+        files / "big.jsonl", [(f"big-{i}", f"Big {i}", f"Passage {i} " + "filler words " * 40) for i in range(400)]
+    )
     many = [{"id": f"m{i}", "question": f"Question number {i} about Paris?", "answers": ["Paris"]} for i in range(60)]
     (files / "many.jsonl").write_text("".join(json.dumps(q) + "\n" for q in many), encoding="utf-8")
     disk = tmp_path / "disk"
@@ -479,12 +513,18 @@ def test_a_really_full_disk_keeps_the_old_index_and_the_records(files, tmp_path)
 
     assert report["old"][0] == 0
     code, err = report["new"]
-    assert code == 2 and err.startswith(f"nlqo: error: disk full while writing {disk}/.idx.tmp-") and "Traceback" not in err
+    assert (
+        code == 2
+        and err.startswith(f"nlqo: error: disk full while writing {disk}/.idx.tmp-")
+        and "Traceback" not in err
+    )
     assert f"the old index in {disk / 'idx'} is kept" in err
     assert report["old_kept"] and report["leftovers"] == [] and report["open"][0] == 0
 
     code, err = report["bench"]
-    assert code == 2 and err.startswith(f"nlqo: error: disk full while writing {disk / 'run'}/") and "Traceback" not in err
+    assert (
+        code == 2 and err.startswith(f"nlqo: error: disk full while writing {disk / 'run'}/") and "Traceback" not in err
+    )
     assert report["ends_whole"] and len(set(map(tuple, report["after_full"]))) == len(report["after_full"]) < 60
     assert report["resume"][0] == 0, report["resume"][1]
     after = [tuple(r) for r in report["after_resume"]]
@@ -504,13 +544,17 @@ def test_a_real_bench_killed_after_its_first_record_resumes_with_every_record_on
     out = files / "real"
     argv = ["bench", "--questions", files / "q.jsonl", "--corpus", files / "old.jsonl", "--out", out, "--limit", "3",
             "--model", "smollm2-135m", "--strategies", "no-rag,standard-rag", "--quiet"]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-m", "nlqo", *map(str, argv)], cwd=files, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "nlqo", *map(str, argv)], cwd=files, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     records = out / "records.jsonl"
     try:
         deadline = time.monotonic() + 600
         while not (records.exists() and records.read_bytes().count(b"\n") >= 1):
             if proc.poll() is not None:
-                pytest.fail(f"nlqo bench exited with {proc.returncode} before its first record: {proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                pytest.fail(
+                    f"nlqo bench exited with {proc.returncode} before its first record: {proc.stderr.read().decode()[-2000:]}"
+                )  # type: ignore[union-attr]
             assert time.monotonic() < deadline, "nlqo bench wrote no record"
             time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)

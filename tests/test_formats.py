@@ -136,7 +136,9 @@ def scripted_engine(tmp_path: Path, monkeypatch) -> Path:
     build_index(PASSAGES, index, HashEmbedder())
     retriever = open_retriever(index, "dense", embedder=HashEmbedder())
     config = EngineConfig(model="scripted", kv_reuse=False, k=2, measure_costs=False, max_hops=2)
-    engine = Engine.from_config(config, llm=ScriptedLLM([], default=" Charles Babbage."), retriever=retriever, embedder=HashEmbedder())
+    engine = Engine.from_config(
+        config, llm=ScriptedLLM([], default=" Charles Babbage."), retriever=retriever, embedder=HashEmbedder()
+    )
     monkeypatch.setattr(common, "build_engine", lambda args: engine)
     ir = tmp_path / "older.nlqo"
     ir.write_text(OLDER.read_text())
@@ -150,7 +152,21 @@ def test_explain_writes_every_format_and_each_parses(fmt, analyze, strategy, tmp
     ir = scripted_engine(tmp_path, monkeypatch)
     out = tmp_path / f"explain.{fmt}"
     question = parse(OLDER.read_text()).question or ""
-    args = ["explain", question, "--index", str(tmp_path / "index"), "--ir", str(ir), "--strategy", strategy, "--format", fmt, "--out", str(out), "--quiet"]
+    args = [
+        "explain",
+        question,
+        "--index",
+        str(tmp_path / "index"),
+        "--ir",
+        str(ir),
+        "--strategy",
+        strategy,
+        "--format",
+        fmt,
+        "--out",
+        str(out),
+        "--quiet",
+    ]
     assert main(args + (["--analyze"] if analyze else [])) == 0
     assert capsys.readouterr().err == ""
     found = check_parses(fmt, out, request)

@@ -31,7 +31,9 @@ from nlqo.ir import Query
 from nlqo.syntax import parse, parse_bytes, render
 from nlqo.testing import HashEmbedder, ScriptedLLM
 
-EXAMPLES = {p.name: p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parents[1] / "examples").glob("*.nlqo"))}
+EXAMPLES = {
+    p.name: p.read_text(encoding="utf-8") for p in sorted((Path(__file__).parents[1] / "examples").glob("*.nlqo"))
+}
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -65,7 +67,11 @@ def mutated(draw) -> str:
     text = draw(st.sampled_from(sorted(EXAMPLES.values())))
     for _ in range(draw(st.integers(1, 4))):
         tokens, lines = _TOKEN.findall(text), text.split("\n")
-        op = draw(st.sampled_from(["delete", "duplicate", "swap", "delete line", "duplicate line", "swap lines", "insert", "repeat"]))
+        op = draw(
+            st.sampled_from(
+                ["delete", "duplicate", "swap", "delete line", "duplicate line", "swap lines", "insert", "repeat"]
+            )
+        )
         units = lines if op.endswith(("line", "lines")) else tokens
         i, j = draw(st.integers(0, len(units) - 1)), draw(st.integers(0, len(units) - 1))
         if op.startswith("delete"):
@@ -106,16 +112,44 @@ CHAIN = "".join(f'q{i} = (?v{i}, "p", ?v{i + 1})\n' for i in range(300))
 @pytest.mark.parametrize(
     "text, expected",
     [
-        pytest.param("q1 = " + "(" * 10_000 + "?x" + ")" * 10_000 + "\nanswer ?x", "fuzz.nlqo:1:7: a triple needs exactly three terms", id="10000 nested parentheses"),
-        pytest.param('q1 = (?x, "p", ?y)\nanswer ' + ", ".join(f"?v{i}" for i in range(20_000)), "fuzz.nlqo:2: answer variable ?v0 is not mentioned", id="20000 answer targets"),
-        pytest.param('q1 = (?x, "p", ?y)\nanswer ' + ", ".join(["?x"] * 5_000), "fuzz.nlqo:2: answer names a target twice", id="one target 5000 times"),
+        pytest.param(
+            "q1 = " + "(" * 10_000 + "?x" + ")" * 10_000 + "\nanswer ?x",
+            "fuzz.nlqo:1:7: a triple needs exactly three terms",
+            id="10000 nested parentheses",
+        ),
+        pytest.param(
+            'q1 = (?x, "p", ?y)\nanswer ' + ", ".join(f"?v{i}" for i in range(20_000)),
+            "fuzz.nlqo:2: answer variable ?v0 is not mentioned",
+            id="20000 answer targets",
+        ),
+        pytest.param(
+            'q1 = (?x, "p", ?y)\nanswer ' + ", ".join(["?x"] * 5_000),
+            "fuzz.nlqo:2: answer names a target twice",
+            id="one target 5000 times",
+        ),
         pytest.param("q" * 100_000 + ' = (?x, "p", ?y)\nanswer ?x', None, id="an atom id of 100000 characters"),
         pytest.param("q1 = (?" + "x" * 100_000 + ', "p", ?y)\nanswer ?y', None, id="a variable of 100000 characters"),
-        pytest.param('question "' + "\\u00e9" * 50_000 + '"\nq1 = (?x, "p", ?y)\nanswer ?x', None, id="a question of 50000 escapes"),
-        pytest.param("\n".join(f"relation q1 parent q{i}" for i in range(2, 5_000)) + '\nq1 = (?x, "p", ?y)\nanswer ?x', "fuzz.nlqo:1: relation names unknown atom 'q2'", id="5000 relations to unknown atoms"),
-        pytest.param(CHAIN + "".join(f"relation q{i} parent q{i + 1}\n" for i in range(299)) + "relation q299 parent q0\nanswer ?v0", "fuzz.nlqo:", id="a cycle of 300 pins"),
+        pytest.param(
+            'question "' + "\\u00e9" * 50_000 + '"\nq1 = (?x, "p", ?y)\nanswer ?x',
+            None,
+            id="a question of 50000 escapes",
+        ),
+        pytest.param(
+            "\n".join(f"relation q1 parent q{i}" for i in range(2, 5_000)) + '\nq1 = (?x, "p", ?y)\nanswer ?x',
+            "fuzz.nlqo:1: relation names unknown atom 'q2'",
+            id="5000 relations to unknown atoms",
+        ),
+        pytest.param(
+            CHAIN
+            + "".join(f"relation q{i} parent q{i + 1}\n" for i in range(299))
+            + "relation q299 parent q0\nanswer ?v0",
+            "fuzz.nlqo:",
+            id="a cycle of 300 pins",
+        ),
         pytest.param("\r" * 1_000 + "q1", "fuzz.nlqo:1:1: ", id="1000 carriage returns"),
-        pytest.param("# " + "é" * 100_000 + '\nq1 = (?x, "p", ?y)\nanswer ?x', None, id="a comment of 100000 characters"),
+        pytest.param(
+            "# " + "é" * 100_000 + '\nq1 = (?x, "p", ?y)\nanswer ?x', None, id="a comment of 100000 characters"
+        ),
     ],
 )
 def test_very_deep_and_long_constructs_give_a_query_or_a_located_error(text, expected):
@@ -167,10 +201,22 @@ def line(ident: str, text: str = "A passage about things.", **more) -> bytes:
 
 A, C = line("a", "Tolkien wrote The Hobbit."), line("c", "Bloemfontein is a city.")
 BAD_LINES = {
-    "bytes that are not UTF-8": (b'{"id": "b", "text": "caf\xe9"}\n', "not UTF-8 text (byte 0xe9 at column 25); save the file as UTF-8"),
-    "no text field": (b'{"id": "b", "title": "B"}\n', "missing or empty text field 'text' (fields: id, title); name it with --text-field"),
-    "an empty text": (line("b", " "), "missing or empty text field 'text' (fields: id, text, title); name it with --text-field"),
-    "text null": (b'{"id": "b", "text": null}\n', "missing or empty text field 'text' (fields: id, text); name it with --text-field"),
+    "bytes that are not UTF-8": (
+        b'{"id": "b", "text": "caf\xe9"}\n',
+        "not UTF-8 text (byte 0xe9 at column 25); save the file as UTF-8",
+    ),
+    "no text field": (
+        b'{"id": "b", "title": "B"}\n',
+        "missing or empty text field 'text' (fields: id, title); name it with --text-field",
+    ),
+    "an empty text": (
+        line("b", " "),
+        "missing or empty text field 'text' (fields: id, text, title); name it with --text-field",
+    ),
+    "text null": (
+        b'{"id": "b", "text": null}\n',
+        "missing or empty text field 'text' (fields: id, text); name it with --text-field",
+    ),
     "text a number": (b'{"id": "b", "text": 42}\n', "text field 'text' is a number, not a string"),
     "text a list": (b'{"id": "b", "text": ["x"]}\n', "text field 'text' is a list, not a string"),
     "no id field": (b'{"text": "x"}\n', "missing id field 'id' (fields: text); name it with --id-field"),
@@ -184,8 +230,14 @@ BAD_LINES = {
     "not an object": (b'["b", "x"]\n', "expected a JSON object, got a list"),
     "not JSON": (b"b,x\n", "invalid JSON: Expecting value (column 1)"),
     "nested 100000 deep": (b"[" * 100_000 + b"\n", "invalid JSON: nested too deeply"),
-    "a 5000-digit id": (b'{"id": 1' + b"0" * 5_000 + b', "text": "x"}\n', "invalid JSON: a number of more than 4,300 digits"),
-    "half a surrogate pair": (b'{"id": "b", "text": "x \\ud800 y"}\n', "field 'text' holds \\ud800, half of a surrogate pair, at character 3"),
+    "a 5000-digit id": (
+        b'{"id": 1' + b"0" * 5_000 + b', "text": "x"}\n',
+        "invalid JSON: a number of more than 4,300 digits",
+    ),
+    "half a surrogate pair": (
+        b'{"id": "b", "text": "x \\ud800 y"}\n',
+        "field 'text' holds \\ud800, half of a surrogate pair, at character 3",
+    ),
     "a NUL byte outside the JSON": (line("b")[:-1] + b"\x00\n", "invalid JSON: Extra data (column"),
 }
 
@@ -209,7 +261,9 @@ def test_a_bad_corpus_line_is_refused_or_skipped_with_its_file_and_line(fake_mod
         pytest.param(A.replace(b"\n", b"\r\n") + C, 2, id="CRLF line ends"),
         pytest.param(A + b"\n   \n" + C, 2, id="blank lines"),
         pytest.param(A + line("b", "nul \\u0000 inside") + C, 3, id="an escaped NUL in the text"),
-        pytest.param(A + b'{"id": 7, "text": "a whole-number id", "title": null}\n' + C, 3, id="a number id and a null title"),
+        pytest.param(
+            A + b'{"id": 7, "text": "a whole-number id", "title": null}\n' + C, 3, id="a number id and a null title"
+        ),
         pytest.param(A + line("b", "unicode: \u05de\u05d9 \U0001f9d9 \u200b\u2028") + C, 3, id="unicode text"),
     ],
 )
@@ -218,7 +272,9 @@ def test_a_large_or_unusual_corpus_line_is_indexed(fake_models, capsys, tmp_path
     source.write_bytes(content)
     code, out, err = run(capsys, "index", source, "--out", tmp_path / "idx", "--quiet")
     assert code == 0 and out.startswith(f"indexed {count} passages"), err
-    code, out, _ = run(capsys, "retrieve", "--index", tmp_path / "idx", "The Hobbit", "--mode", "bm25", "--format", "json", "-k", "1")
+    code, out, _ = run(
+        capsys, "retrieve", "--index", tmp_path / "idx", "The Hobbit", "--mode", "bm25", "--format", "json", "-k", "1"
+    )
     assert code == 0 and json.loads(out)["hits"][0]["id"] == "a"
 
 
@@ -241,7 +297,10 @@ def test_a_jsonl_gz_of_other_bytes_is_refused_saying_it_is_not_gzip(fake_models,
     source.write_bytes(b"PK\x03\x04 a zip file, say")
     code, _, err = run(capsys, "index", source, "--out", tmp_path / "idx", "--quiet")
     assert code == 2
-    assert err == f"nlqo: error: {source}:1: invalid JSON: Expecting value (column 1) (the file is named .gz but is not gzip-compressed)\n"
+    assert (
+        err
+        == f"nlqo: error: {source}:1: invalid JSON: Expecting value (column 1) (the file is named .gz but is not gzip-compressed)\n"
+    )
 
 
 LINES = b"".join(line(f"p{i}", f"passage number {i} about things") for i in range(400))
@@ -250,12 +309,22 @@ LINES = b"".join(line(f"p{i}", f"passage number {i} about things") for i in rang
 @pytest.mark.parametrize(
     "damage, message",
     [
-        pytest.param(lambda z: z[: len(z) // 2], "Compressed file ended before the end-of-stream marker was reached", id="truncated"),
+        pytest.param(
+            lambda z: z[: len(z) // 2],
+            "Compressed file ended before the end-of-stream marker was reached",
+            id="truncated",
+        ),
         pytest.param(lambda z: z[:-8] + bytes(8), "CRC check failed", id="a wrong checksum"),
-        pytest.param(lambda z: z[:40] + bytes(b ^ 0x55 for b in z[40:80]) + z[80:], "Error -3 while decompressing data", id="corrupt deflate data"),
+        pytest.param(
+            lambda z: z[:40] + bytes(b ^ 0x55 for b in z[40:80]) + z[80:],
+            "Error -3 while decompressing data",
+            id="corrupt deflate data",
+        ),
     ],
 )
-def test_a_damaged_gzip_keeps_the_lines_before_the_damage_or_is_refused_at_its_line(fake_models, capsys, tmp_path, damage, message):
+def test_a_damaged_gzip_keeps_the_lines_before_the_damage_or_is_refused_at_its_line(
+    fake_models, capsys, tmp_path, damage, message
+):
     source = tmp_path / "corpus.jsonl.gz"
     source.write_bytes(damage(gzip.compress(LINES)))
     code, _, err = run(capsys, "index", source, "--out", tmp_path / "idx", "--quiet")
@@ -267,8 +336,24 @@ def test_a_damaged_gzip_keeps_the_lines_before_the_damage_or_is_refused_at_its_l
     if bad == 1:  # nothing readable before the damage
         assert code == 2 and "no passages to index" in err
         return
-    assert code == 0 and out.startswith(f"indexed {bad - 1} passages") and f"skipped {source}:{bad}: cannot read past this line" in err
-    code, out, _ = run(capsys, "retrieve", "--index", tmp_path / "idx", f"passage number {bad - 2}", "--mode", "bm25", "--format", "json", "-k", "1")
+    assert (
+        code == 0
+        and out.startswith(f"indexed {bad - 1} passages")
+        and f"skipped {source}:{bad}: cannot read past this line" in err
+    )
+    code, out, _ = run(
+        capsys,
+        "retrieve",
+        "--index",
+        tmp_path / "idx",
+        f"passage number {bad - 2}",
+        "--mode",
+        "bm25",
+        "--format",
+        "json",
+        "-k",
+        "1",
+    )
     assert json.loads(out)["hits"][0]["id"] == f"p{bad - 2}"  # the last whole line before the damage, not a torn one
 
 
@@ -279,10 +364,19 @@ QUESTION_ERRORS = {
     "empty": ("", "the question is empty"),
     "blank": (" \t\n ", "the question is empty"),
     "a NUL": ("\x00", "the question holds a control character (U+0000) at character 1; remove it"),
-    "a NUL inside": ("Who wrote\x00 The Hobbit?", "the question holds a control character (U+0000) at character 10; remove it"),
-    "escape sequences": ("\x1b[31mWho?\x1b[0m", "the question holds a control character (U+001B) at character 1; remove it"),
+    "a NUL inside": (
+        "Who wrote\x00 The Hobbit?",
+        "the question holds a control character (U+0000) at character 10; remove it",
+    ),
+    "escape sequences": (
+        "\x1b[31mWho?\x1b[0m",
+        "the question holds a control character (U+001B) at character 1; remove it",
+    ),
     "a C1 control": ("Who\x85 wrote it?", "the question holds a control character (U+0085) at character 4; remove it"),
-    "a byte not UTF-8": ("Who wrote \udcff?", "the question is not valid text: character 11 is half of a surrogate pair (U+DCFF)"),
+    "a byte not UTF-8": (
+        "Who wrote \udcff?",
+        "the question is not valid text: character 11 is half of a surrogate pair (U+DCFF)",
+    ),
     "a lone surrogate": ("\ud800", "the question is not valid text: character 1 is half of a surrogate pair (U+D800)"),
     "no words": ("?!... --", "the question has no letter or digit: nothing to ask"),
     "100 kB": (HUNDRED_KB, "the question has 100,012 characters, more than 2,000 (--max-question-chars"),
@@ -291,7 +385,9 @@ QUESTION_ERRORS = {
 
 @pytest.mark.parametrize("command", ["ask", "explain", "parse"])
 @pytest.mark.parametrize("question, message", QUESTION_ERRORS.values(), ids=QUESTION_ERRORS.keys())
-def test_a_question_that_cannot_be_asked_is_refused_before_any_model_loads(monkeypatch, capsys, tmp_path, command, question, message):
+def test_a_question_that_cannot_be_asked_is_refused_before_any_model_loads(
+    monkeypatch, capsys, tmp_path, command, question, message
+):
     import nlqo.builder
     from nlqo.embed import SentenceEmbedder
 
@@ -302,7 +398,11 @@ def test_a_question_that_cannot_be_asked_is_refused_before_any_model_loads(monke
     assert code == 2 and out == "" and err.startswith(f"nlqo: error: {message}"), err
 
 
-@pytest.mark.parametrize("question, message", [v for k, v in QUESTION_ERRORS.items() if k != "100 kB"], ids=[k for k in QUESTION_ERRORS if k != "100 kB"])
+@pytest.mark.parametrize(
+    "question, message",
+    [v for k, v in QUESTION_ERRORS.items() if k != "100 kB"],
+    ids=[k for k in QUESTION_ERRORS if k != "100 kB"],
+)
 def test_a_query_that_cannot_be_searched_is_refused_by_retrieve(fake_models, capsys, tmp_path, question, message):
     code, out, err = run(capsys, "retrieve", "--index", tmp_path / "no-index", question)
     assert code == 2 and out == "" and err.startswith(f"nlqo: error: {message.replace('question', 'query')}"), err
@@ -329,7 +429,15 @@ ODD_QUESTIONS = {
 @pytest.mark.parametrize("command", ["ask", "explain"])
 @pytest.mark.parametrize("question", ODD_QUESTIONS.values(), ids=ODD_QUESTIONS.keys())
 def test_odd_but_valid_questions_are_answered(demo_index, capsys, command, question):
-    code, out, err = run(capsys, command, question, "--index", demo_index, "--quiet", *(("--json",) if command == "ask" else ("--format", "json")))
+    code, out, err = run(
+        capsys,
+        command,
+        question,
+        "--index",
+        demo_index,
+        "--quiet",
+        *(("--json",) if command == "ask" else ("--format", "json")),
+    )
     assert code == 0, err
     data = json.loads(out)
     assert data["answer"] == "J. R. R. Tolkien" if command == "ask" else data
@@ -339,7 +447,9 @@ def test_odd_but_valid_questions_are_parsed_or_refused_for_their_ir(fake_models,
     for name, question in ODD_QUESTIONS.items():
         code, out, err = run(capsys, "parse", question)
         if name == "one letter":  # the scripted IR names The Hobbit, which 'x' does not
-            assert code == 2 and err.startswith("nlqo: error: the LLM did not write valid IR for 'x' in 2 attempts"), err
+            assert code == 2 and err.startswith("nlqo: error: the LLM did not write valid IR for 'x' in 2 attempts"), (
+                err
+            )
         else:
             assert code == 0 and out.endswith("answer ?x\n"), (name, err)
 
@@ -350,10 +460,14 @@ def test_odd_but_valid_queries_are_searched(demo_index, capsys, query):
     assert code == 0 and json.loads(out)["query"] == query and len(json.loads(out)["hits"]) == 3
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.text(max_size=80) | st.text(st.characters(max_codepoint=0x9F), max_size=20))
 def test_any_text_as_a_question_is_answered_or_refused_with_exit_2(demo_index, capsys, question):
-    code, out, err = run(capsys, "ask", "--index", demo_index, "--quiet", "--json", "--", question)  # "--": a question may start with "-"
+    code, out, err = run(
+        capsys, "ask", "--index", demo_index, "--quiet", "--json", "--", question
+    )  # "--": a question may start with "-"
     assert (code, err.startswith("nlqo: error: the question ")) in ((0, False), (2, True)), err
     if code == 0:
         assert json.loads(out)["question"] == question
@@ -361,9 +475,13 @@ def test_any_text_as_a_question_is_answered_or_refused_with_exit_2(demo_index, c
 
 def test_command_line_bytes_that_are_not_utf8_are_refused_by_the_real_cli():
     nlqo = Path(sys.executable).with_name("nlqo")
-    done = subprocess.run([nlqo, "parse", b"Who wrote The Hobbit\xff?", "--model", "no-such-model"], capture_output=True, timeout=300)
+    done = subprocess.run(
+        [nlqo, "parse", b"Who wrote The Hobbit\xff?", "--model", "no-such-model"], capture_output=True, timeout=300
+    )
     err = done.stderr.decode("utf-8", errors="replace")
-    assert done.returncode == 2 and err.startswith("nlqo: error: the question is not valid text: character 21 is half of a surrogate pair (U+DCFF)"), err
+    assert done.returncode == 2 and err.startswith(
+        "nlqo: error: the question is not valid text: character 21 is half of a surrogate pair (U+DCFF)"
+    ), err
 
 
 @pytest.mark.real_model
@@ -376,10 +494,14 @@ def test_odd_questions_on_the_real_small_model(monkeypatch, capsys, tmp_path, qu
     source = tmp_path / "corpus.jsonl"
     source.write_bytes(A + line("b", "J. R. R. Tolkien was born in Bloemfontein.") + C)
     assert run(capsys, "index", source, "--out", tmp_path / "idx", "--quiet")[0] == 0
-    code, out, err = run(capsys, "ask", question, "--index", tmp_path / "idx", "--model", "smollm2-135m", "--quiet", "--json")
+    code, out, err = run(
+        capsys, "ask", question, "--index", tmp_path / "idx", "--model", "smollm2-135m", "--quiet", "--json"
+    )
     assert code == 0 and json.loads(out)["question"] == question, err
     code, out, err = run(capsys, "parse", question, "--model", "smollm2-135m")
-    assert code in (0, 2) and (out.rstrip().splitlines()[-1].startswith("answer ") if code == 0 else err.startswith("nlqo: error: ")), err
+    assert code in (0, 2) and (
+        out.rstrip().splitlines()[-1].startswith("answer ") if code == 0 else err.startswith("nlqo: error: ")
+    ), err
 
 
 # --- an index manifest with fields of any JSON value ---------------------------------------------
@@ -394,11 +516,15 @@ def built_index(tmp_path_factory) -> Path:
     from nlqo.passages import Passage
 
     folder = tmp_path_factory.mktemp("manifest") / "idx"
-    build_index([Passage(id=str(i), title=f"t{i}", text=f"passage {i} about things") for i in range(20)], folder, HashEmbedder())
+    build_index(
+        [Passage(id=str(i), title=f"t{i}", text=f"passage {i} about things") for i in range(20)], folder, HashEmbedder()
+    )
     return folder
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+)
 @given(st.data())
 def test_a_manifest_with_any_field_changed_opens_or_is_an_index_error(built_index, tmp_path_factory, data):
     import shutil

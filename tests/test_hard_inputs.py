@@ -54,14 +54,19 @@ def test_an_empty_file_is_a_clear_error(tmp_path, capsys, content, message):
 
 
 def test_a_10000_line_ir_parses_and_is_refused_by_the_planner_with_its_limit(tmp_path, capsys):
-    lines = ['question "a very long chain"'] + [f'q{i} = (?v{i}, "p{i}", ?v{i + 1})' for i in range(9_998)] + ["answer ?v0"]
+    lines = (
+        ['question "a very long chain"'] + [f'q{i} = (?v{i}, "p{i}", ?v{i + 1})' for i in range(9_998)] + ["answer ?v0"]
+    )
     f = tmp_path / "big.nlqo"
     f.write_text("\n".join(lines) + "\n")
     started = time.perf_counter()
     query = read(f)
     assert len(query.atoms) == 9_998 and time.perf_counter() - started < 60
     code, err = plan_exit(capsys, f)
-    assert code == 2 and "the query has 9998 atoms, more than the optimizer plans (1000; raise it with --max-atoms N" in err
+    assert (
+        code == 2
+        and "the query has 9998 atoms, more than the optimizer plans (1000; raise it with --max-atoms N" in err
+    )
 
 
 def test_a_10000_line_ir_of_mostly_comments_plans(tmp_path, capsys):
@@ -172,7 +177,9 @@ def test_processes_writing_one_relation_cache_lose_nothing_and_leave_valid_json(
     assert [p.exitcode for p in procs] == [0] * workers
     entries = json.loads(path.read_text(encoding="utf-8"))
     assert len(entries) == workers * rounds
-    assert {k.split("\t")[0] for k in entries} == {f"?x worker {w} round {r}" for w in range(workers) for r in range(rounds)}
+    assert {k.split("\t")[0] for k in entries} == {
+        f"?x worker {w} round {r}" for w in range(workers) for r in range(rounds)
+    }
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".relations-")]
 
 

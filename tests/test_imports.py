@@ -47,7 +47,9 @@ def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
             else:
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(
+                        package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                    )
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
             graph[name] |= {t for t in map(owner, targets) if t and t != name}
     return graph
@@ -96,10 +98,16 @@ def test_the_graph_sees_imports_inside_functions_but_not_type_checking_ones(tmp_
     (pkg / "__init__.py").write_text("")
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from nlqo.sub import b\n")
-    (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nlqo import a\nfrom . import c\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from nlqo import a\nfrom . import c\n"
+    )
     (pkg / "sub" / "c.py").write_text("from .. import a\n")
     graph = import_graph(modules(pkg))
-    assert graph["nlqo.a"] == {"nlqo.sub.b"} and graph["nlqo.sub.b"] == {"nlqo.sub.c"} and graph["nlqo.sub.c"] == {"nlqo.a"}
+    assert (
+        graph["nlqo.a"] == {"nlqo.sub.b"}
+        and graph["nlqo.sub.b"] == {"nlqo.sub.c"}
+        and graph["nlqo.sub.c"] == {"nlqo.a"}
+    )
     assert circles(graph) == [["nlqo.a", "nlqo.sub.b", "nlqo.sub.c"]]
 
 
@@ -109,7 +117,11 @@ def test_nlqo_has_no_import_circles():
 
 def test_library_code_never_imports_the_cli():
     graph = import_graph(modules())
-    offenders = {m: sorted(t for t in targets if t == "nlqo.cli" or t.startswith("nlqo.cli.")) for m, targets in graph.items() if not (m == "nlqo.cli" or m.startswith("nlqo.cli.") or m == "nlqo.__main__")}
+    offenders = {
+        m: sorted(t for t in targets if t == "nlqo.cli" or t.startswith("nlqo.cli."))
+        for m, targets in graph.items()
+        if not (m == "nlqo.cli" or m.startswith("nlqo.cli.") or m == "nlqo.__main__")
+    }
     assert {m: t for m, t in offenders.items() if t} == {}
 
 
@@ -117,5 +129,9 @@ def test_the_engine_never_imports_the_evaluation():
     """Evaluation sits above the engine: nlqo.eval may use everything, nothing below it uses nlqo.eval."""
     graph = import_graph(modules())
     above = ("nlqo.eval", "nlqo.cli", "nlqo.testing")
-    below = {m: sorted(t for t in targets if t.startswith("nlqo.eval")) for m, targets in graph.items() if not m.startswith(above) and m not in ("nlqo", "nlqo.__main__")}
+    below = {
+        m: sorted(t for t in targets if t.startswith("nlqo.eval"))
+        for m, targets in graph.items()
+        if not m.startswith(above) and m not in ("nlqo", "nlqo.__main__")
+    }
     assert {m: t for m, t in below.items() if t} == {}

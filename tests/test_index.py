@@ -22,10 +22,24 @@ from nlqo.passages import Hit, Passage, Retriever
 REPO = Path(__file__).resolve().parents[1]
 
 CORPUS = [
-    Passage("eiffel", "Eiffel Tower", "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, completed in 1889."),
-    Passage("python", "Python (programming language)", "Python is a high-level programming language created by Guido van Rossum."),
-    Passage("amazon", "Amazon River", "The Amazon River in South America is the largest river by discharge volume of water."),
-    Passage("mozart", "Wolfgang Amadeus Mozart", "Mozart was a prolific composer of the Classical period, born in Salzburg in 1756."),
+    Passage(
+        "eiffel",
+        "Eiffel Tower",
+        "The Eiffel Tower is a wrought-iron lattice tower in Paris, France, completed in 1889.",
+    ),
+    Passage(
+        "python",
+        "Python (programming language)",
+        "Python is a high-level programming language created by Guido van Rossum.",
+    ),
+    Passage(
+        "amazon", "Amazon River", "The Amazon River in South America is the largest river by discharge volume of water."
+    ),
+    Passage(
+        "mozart",
+        "Wolfgang Amadeus Mozart",
+        "Mozart was a prolific composer of the Classical period, born in Salzburg in 1756.",
+    ),
     Passage("everest", "Mount Everest", "Mount Everest is Earth's highest mountain above sea level, in the Himalayas."),
     Passage("penicillin", "Penicillin", "Alexander Fleming discovered penicillin, the first antibiotic, in 1928."),
     Passage("apollo", "Apollo 11", "Apollo 11 was the spaceflight that first landed humans on the Moon in July 1969."),
@@ -163,7 +177,9 @@ def test_refuses_to_replace_a_folder_that_is_not_an_index(tmp_path):
 
 
 def test_embedder_mismatch_is_a_clear_error(fake_index):
-    with pytest.raises(IndexFileError, match=r"built with embedder 'hash-test' \(dimension 64\), not 'other' \(dimension 64\)"):
+    with pytest.raises(
+        IndexFileError, match=r"built with embedder 'hash-test' \(dimension 64\), not 'other' \(dimension 64\)"
+    ):
         Index.open(fake_index, embedder=HashEmbedder(name="other"))
     with pytest.raises(IndexFileError, match="dimension 32"):
         Index.open(fake_index, embedder=HashEmbedder(dim=32))
@@ -274,7 +290,9 @@ def test_successful_rebuild_replaces_the_index(fake_index):
     assert atomic.leftovers(fake_index, "tmp") == [] and atomic.leftovers(fake_index, "old") == []
 
 
-KILLED_BUILD = FAKE_EMBEDDER + '''
+KILLED_BUILD = (
+    FAKE_EMBEDDER
+    + """
 import sys
 from pathlib import Path
 from nlqo.index import build_index
@@ -287,7 +305,8 @@ class Announcing(HashEmbedder):
 
 passages = [Passage(f"p{i}", "Replacement", f"replacement passage {i} about zebras") for i in range(50)]
 build_index(passages, sys.argv[1], Announcing(delay=600))
-'''
+"""
+)
 
 
 def test_killed_build_leaves_the_old_index_intact(fake_index, tmp_path):
@@ -334,7 +353,20 @@ def test_fallback_swap_without_renameat2(fake_index, monkeypatch):
 
 
 def test_cli_retrieve_bm25_json(fake_index, capsys):
-    code = main(["retrieve", "--index", str(fake_index), "Fleming penicillin antibiotic", "-k", "2", "--mode", "bm25", "--format", "json"])
+    code = main(
+        [
+            "retrieve",
+            "--index",
+            str(fake_index),
+            "Fleming penicillin antibiotic",
+            "-k",
+            "2",
+            "--mode",
+            "bm25",
+            "--format",
+            "json",
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert out["mode"] == "bm25" and out["k"] == 2
@@ -404,7 +436,9 @@ def test_real_embedder_loaded_lazily_from_manifest(real_index):
 
 @pytest.mark.real_model
 def test_real_index_refuses_other_embedder(real_index):
-    with pytest.raises(IndexFileError, match=r"built with embedder 'all-minilm-l6-v2' \(dimension 384\), not 'hash-test'"):
+    with pytest.raises(
+        IndexFileError, match=r"built with embedder 'all-minilm-l6-v2' \(dimension 384\), not 'hash-test'"
+    ):
         Index.open(real_index, embedder=HashEmbedder())
 
 
@@ -421,7 +455,11 @@ def test_cli_index_then_retrieve(tmp_path, capsys):
     assert f"skipped {source}:9: invalid JSON" in captured.err
     summary = captured.out.strip().splitlines()[-1]
     assert summary.startswith("indexed 8 passages in ")
-    assert "passages/s" in summary and "[hnsw, all-minilm-l6-v2, dim 384]" in summary and "skipped 1 bad records" in summary
+    assert (
+        "passages/s" in summary
+        and "[hnsw, all-minilm-l6-v2, dim 384]" in summary
+        and "skipped 1 bad records" in summary
+    )
     assert main(["retrieve", "--index", str(out), "When did humans first land on the Moon?", "--format", "json"]) == 0
     hits = json.loads(capsys.readouterr().out)["hits"]
     assert [h["rank"] for h in hits] == [1, 2, 3] and hits[0]["id"] == "apollo"
@@ -431,9 +469,27 @@ def test_cli_index_then_retrieve(tmp_path, capsys):
 def test_cli_index_text_folder(tmp_path, capsys):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "volcanoes.md").write_text("# Volcanoes\n\nMount Etna in Sicily is one of the most active volcanoes in the world.\n")
+    (docs / "volcanoes.md").write_text(
+        "# Volcanoes\n\nMount Etna in Sicily is one of the most active volcanoes in the world.\n"
+    )
     (docs / "bees.txt").write_text("Honey bees communicate the location of flowers with a waggle dance.\n")
-    assert main(["index", str(docs), "--out", str(tmp_path / "idx"), "-q", "--max-tokens", "50", "--overlap", "10"]) == 0
+    assert (
+        main(["index", str(docs), "--out", str(tmp_path / "idx"), "-q", "--max-tokens", "50", "--overlap", "10"]) == 0
+    )
     assert capsys.readouterr().out.startswith("indexed 2 passages")
-    assert main(["retrieve", "-i", str(tmp_path / "idx"), "How do bees tell each other where flowers are?", "-k", "1", "--mode", "dense"]) == 0
+    assert (
+        main(
+            [
+                "retrieve",
+                "-i",
+                str(tmp_path / "idx"),
+                "How do bees tell each other where flowers are?",
+                "-k",
+                "1",
+                "--mode",
+                "dense",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("1. bees  [id bees.txt#0, score ")

@@ -126,7 +126,7 @@ def test_the_answer_stage_lists_only_mentioned_variables_and_never_one_twice():
     for bad in (" ?x", " ?year1, ?year1", " ?year1, ?year2, ?year1", " q1"):
         with pytest.raises(lark.LarkError):
             parser.parse(bad)
-    assert answer_grammar('q1 = ("Jaws", "released in", "1975")\nanswer') .endswith('t0: "q1"')
+    assert answer_grammar('q1 = ("Jaws", "released in", "1975")\nanswer').endswith('t0: "q1"')
 
 
 def test_atom_ids_are_in_order_and_bounded_and_relations_name_written_atoms():
@@ -165,7 +165,10 @@ def test_the_first_atom_names_a_constant_unless_unanchored():
     anchored = _lark(generation_grammar(2, "Who directed Jaws?", anchored=True))
     with pytest.raises(lark.LarkError):
         anchored.parse(loose)
-    for ok in ('q1 = ("Jaws", "directed by", ?d)\nanswer', 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nanswer'):
+    for ok in (
+        'q1 = ("Jaws", "directed by", ?d)\nanswer',
+        'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nanswer',
+    ):
         anchored.parse(ok)
     _lark(generation_grammar(2, "Who directed Jaws?")).parse(loose)
     assert ir_constraint("Who directed Jaws?", anchored=True).key() != ir_constraint("Who directed Jaws?").key()

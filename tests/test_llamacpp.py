@@ -26,7 +26,12 @@ SYSTEM = (
     "Example question: What is the capital of Italy?\nExample answer: The capital of Italy is Rome.\n"
     "Example question: What is the capital of Japan?\nExample answer: The capital of Japan is Tokyo."
 )
-QUESTIONS = ["What is the capital of Spain?", "What is the capital of Canada?", "Name a river in France.", "Where is Mount Fuji?"]
+QUESTIONS = [
+    "What is the capital of Spain?",
+    "What is the capital of Canada?",
+    "Name a river in France.",
+    "Where is Mount Fuji?",
+]
 
 
 def user_turn(question: str) -> str:
@@ -56,7 +61,9 @@ def test_loads_the_bundled_gguf_and_answers_from_its_chat_template(llm):
 
     assert isinstance(llm, LlamaCppLLM) and isinstance(llm, LLM)
     assert llm.name == "smollm2-135m" and llm.threads == 2 and llm.concurrency >= 2
-    out = llm.chat([ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of France?")], max_tokens=16)
+    out = llm.chat(
+        [ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of France?")], max_tokens=16
+    )
     assert "Paris" in out.text
     assert out.usage.generated_tokens <= 16 and out.usage.calls == 1 and out.usage.wall_ms > 0
 
@@ -113,7 +120,7 @@ def test_a_restored_scaffold_gives_the_tokens_of_a_plain_run(fresh, prefix):
         session.append(user_turn(question))
         context = session.token_ids
         out = session.generate(stop=["\n"], max_tokens=16)
-        generated = session.token_ids[len(context):]
+        generated = session.token_ids[len(context) :]
         plain, plain_generated = fresh.fork().generate_ids(context, stop=["\n"], max_tokens=16)
         assert generated == plain_generated and out.text == plain.text
         assert out.usage.cached_prompt_tokens == (0 if turn == 0 else n_prefix)
@@ -125,13 +132,13 @@ def test_session_steps_compute_only_what_was_appended(fresh, prefix):
     session.append(user_turn(QUESTIONS[0]))
     context1 = session.token_ids
     out1 = session.generate(stop=["\n"], max_tokens=12)
-    gen1 = session.token_ids[len(context1):]
+    gen1 = session.token_ids[len(context1) :]
     follow = session.append("\n" + user_turn(QUESTIONS[1]))
     context2 = session.token_ids
     assert context2 == context1 + gen1 + follow
     out2 = session.generate(stop=["\n"], max_tokens=12)
     plain2, plain_gen2 = fresh.fork().generate_ids(context2, stop=["\n"], max_tokens=12)
-    assert session.token_ids[len(context2):] == plain_gen2 and out2.text == plain2.text
+    assert session.token_ids[len(context2) :] == plain_gen2 and out2.text == plain2.text
     assert out2.usage.prompt_tokens == len(context2)
     assert out2.usage.cached_prompt_tokens == len(context1) + len(gen1) - 1
     assert session.usage == out1.usage + out2.usage
@@ -150,7 +157,7 @@ def test_forks_and_truncation_are_independent_of_each_other(fresh, prefix):
     for session, out, added in ((child, child_out, child_added), (base, base_out, base_added)):
         context = at_fork + added
         plain, plain_gen = fresh.fork().generate_ids(context, stop=["\n"], max_tokens=8)
-        assert out.text == plain.text and session.token_ids[len(context):] == plain_gen
+        assert out.text == plain.text and session.token_ids[len(context) :] == plain_gen
     mark = len(base) - len(base_out.text) - 1
     base.truncate(mark)
     again = base.generate(stop=["\n"], max_tokens=8)
@@ -215,13 +222,21 @@ def test_forks_keep_their_own_saved_prefixes(fresh):
 def test_chat_saves_its_scaffold_so_other_prompts_cannot_push_it_out(fresh):
     """A chat prompt keeps the state of what precedes its last message's text (system prompt,
     demonstrations): prompts of another kind, however many, add one saved prefix, not one each."""
-    demo = [ChatMessage("system", SYSTEM), ChatMessage("user", "What is the capital of Italy?"), ChatMessage("assistant", "Rome.")]
+    demo = [
+        ChatMessage("system", SYSTEM),
+        ChatMessage("user", "What is the capital of Italy?"),
+        ChatMessage("assistant", "Rome."),
+    ]
     first = [*demo, ChatMessage("user", QUESTIONS[0])]
     fresh.chat(first, max_tokens=2, prefix_cache=True)
     scaffold = fresh.scaffold_length(first, fresh.encode(fresh.format_chat(first)))
     assert fresh.cached_prefixes() == (scaffold,) and scaffold > 60
     for i in range(2 * fresh.prefix_cache_size):
-        fresh.chat([ChatMessage("system", "You name a colour."), ChatMessage("user", f"Colour number {i}?")], max_tokens=2, prefix_cache=True)
+        fresh.chat(
+            [ChatMessage("system", "You name a colour."), ChatMessage("user", f"Colour number {i}?")],
+            max_tokens=2,
+            prefix_cache=True,
+        )
     assert len(fresh.cached_prefixes()) == 2
     fresh.runtime.forget(fresh._owner)  # nothing resident: only a saved prefix can serve
     later = [*demo, ChatMessage("user", QUESTIONS[1])]

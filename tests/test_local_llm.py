@@ -58,7 +58,7 @@ def hf_greedy(llm, ids, max_new_tokens: int) -> list[int]:
             eos_token_id=sorted(llm._eos),
             pad_token_id=llm.tokenizer.eos_token_id,
         )
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 @real_model
@@ -117,7 +117,7 @@ def test_session_output_is_token_identical_to_plain_generation(fresh, prefix):
     question = session.append(user_turn("What is the capital of Spain?"))
     context1 = session.token_ids
     out1 = session.generate(stop=["\n"], max_tokens=12)
-    gen1 = session.token_ids[len(context1):]
+    gen1 = session.token_ids[len(context1) :]
     assert len(gen1) == out1.usage.generated_tokens
     plain1, plain_gen1 = fresh.generate_ids(context1, stop=["\n"], max_tokens=12)
     assert gen1 == plain_gen1 and out1.text == plain1.text
@@ -127,7 +127,7 @@ def test_session_output_is_token_identical_to_plain_generation(fresh, prefix):
     context2 = session.token_ids
     assert context2 == prefix_ids + question + gen1 + follow  # segments tokenized separately
     out2 = session.generate(stop=["\n"], max_tokens=12)
-    gen2 = session.token_ids[len(context2):]
+    gen2 = session.token_ids[len(context2) :]
     plain2, plain_gen2 = fresh.generate_ids(context2, stop=["\n"], max_tokens=12)
     assert gen2 == plain_gen2 and out2.text == plain2.text
     assert list(gen2) == hf_greedy(fresh, context2, len(gen2))
@@ -153,7 +153,7 @@ def test_a_second_session_reuses_the_prefix_and_saves_its_tokens(fresh, prefix):
     assert b.usage.cached_prompt_tokens == n_prefix
     assert b.usage.computed_prompt_tokens == len(context) - n_prefix
     plain, plain_gen = fresh.generate_ids(context, stop=["\n"], max_tokens=12)
-    assert b.text == plain.text and second.token_ids[len(context):] == plain_gen
+    assert b.text == plain.text and second.token_ids[len(context) :] == plain_gen
     assert plain.usage.computed_prompt_tokens - b.usage.computed_prompt_tokens == n_prefix
 
 
@@ -171,12 +171,12 @@ def test_forks_are_independent(fresh, prefix):
     base_out = base.generate(stop=["\n"], max_tokens=8)
 
     assert child.token_ids[: len(at_fork)] == base.token_ids[: len(at_fork)] == at_fork
-    assert child.token_ids[len(at_fork):][: len(child_added)] == child_added
-    assert base.token_ids[len(at_fork):][: len(base_added)] == base_added
+    assert child.token_ids[len(at_fork) :][: len(child_added)] == child_added
+    assert base.token_ids[len(at_fork) :][: len(base_added)] == base_added
     for session, out, added in ((child, child_out, child_added), (base, base_out, base_added)):
         context = at_fork + added
         plain, plain_gen = fresh.generate_ids(context, stop=["\n"], max_tokens=8)
-        assert out.text == plain.text and session.token_ids[len(context):] == plain_gen
+        assert out.text == plain.text and session.token_ids[len(context) :] == plain_gen
         assert out.usage.cached_prompt_tokens == len(at_fork) - 1
     assert child.usage == child_out.usage  # a fork accounts only for its own calls
 
@@ -246,8 +246,15 @@ def tiny():
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(words), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=256, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(words),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     return TransformersLLM(LlamaForCausalLM(config).eval(), tokenizer, name="tiny")
 
@@ -260,7 +267,7 @@ def test_tiny_session_steps_equal_plain_and_transformers_generation(tiny):
         session.append(question)
         context = session.token_ids
         out = session.generate(max_tokens=6)
-        generated = session.token_ids[len(context):]
+        generated = session.token_ids[len(context) :]
         plain, plain_generated = tiny.generate_ids(context, max_tokens=6)
         assert generated == plain_generated and out.text == plain.text
         assert list(generated) == hf_greedy(tiny, context, len(generated))
@@ -271,7 +278,7 @@ def test_tiny_session_steps_equal_plain_and_transformers_generation(tiny):
         for s in (branch, session):
             before = s.token_ids
             s.generate(max_tokens=4)
-            assert s.token_ids[len(before):] == tiny.generate_ids(before, max_tokens=4)[1]
+            assert s.token_ids[len(before) :] == tiny.generate_ids(before, max_tokens=4)[1]
 
 
 class _Vocab:

@@ -61,12 +61,12 @@ def test_the_test_setup_installs_chromium_for_the_page_tests_and_tolerates_failu
     assert "apt-get install -y -qq chromium chromium-driver" in line and "browser tests will be skipped" in line
 
 
-def test_make_test_runs_ruff_and_mypy_before_pytest():
+def test_make_test_runs_ruff_format_and_mypy_before_pytest():
     plan = dry_run("test")
     assert plan.returncode == 0, plan.stderr
     steps = [line for line in plan.stdout.splitlines() if "-m ruff" in line or "-m mypy" in line or "-m pytest" in line]
-    assert [s.split(" -m ")[1].split()[0] for s in steps] == ["ruff", "mypy", "pytest"]
-
+    assert [s.split(" -m ")[1].split()[0] for s in steps] == ["ruff", "ruff", "mypy", "pytest"]
+    assert "ruff format --check" in steps[1]
 
 
 def test_the_demo_question_is_in_no_prompt_and_its_answer_is_in_the_demo_corpus():
@@ -118,7 +118,9 @@ def test_the_staged_benchmark_skips_runs_that_have_their_stage_and_grows_the_res
         (out / folder).mkdir(parents=True)
         rows = [{"qid": f"q{i}", "strategy": s} for i in range(questions) for s in strategies]
         rows.append({"qid": "q99", "strategy": strategies[0]})  # a question only one strategy finished
-        (out / folder / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"qid": "q9', encoding="utf-8")
+        (out / folder / "records.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows) + '{"qid": "q9', encoding="utf-8"
+        )
 
     questions("a", 5)
     questions("b", 5)

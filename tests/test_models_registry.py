@@ -67,8 +67,15 @@ def tiny_model_and_tokenizer():
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
     config = LlamaConfig(
-        vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64, bos_token_id=1, eos_token_id=2,
+        vocab_size=len(words),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
     )
     model = LlamaForCausalLM(config)
     model.hf_quantizer = object()  # what a GGUF load leaves attached
@@ -149,7 +156,12 @@ def test_hash_mismatch_is_a_clear_error_and_leaves_nothing(fake_site, tmp_path):
 
 def test_size_mismatch_is_reported_before_hashing(fake_site, tmp_path):
     model = fake_model()
-    model = BundledModel(**{**{f: getattr(model, f) for f in ("name", "description", "parts", "filename", "sha256", "license")}, "size": model.size + 1})
+    model = BundledModel(
+        **{
+            **{f: getattr(model, f) for f in ("name", "description", "parts", "filename", "sha256", "license")},
+            "size": model.size + 1,
+        }
+    )
     with pytest.raises(ModelNotAvailable, match=r"add up to 26 bytes, expected 27"):
         assemble(model, tmp_path, progress=False)
 
@@ -299,7 +311,15 @@ def test_install_of_an_unknown_model_fails_with_the_known_names(capsys):
     assert "known: smollm2-135m, qwen2.5-coder-0.5b, qwen2.5-coder-1.5b" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv", [["models", "--help"], ["models", "install", "--help"], ["models", "convert", "--help"], ["models", "list", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["models", "--help"],
+        ["models", "install", "--help"],
+        ["models", "convert", "--help"],
+        ["models", "list", "--help"],
+    ],
+)
 def test_every_models_command_has_help(argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(argv)

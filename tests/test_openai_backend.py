@@ -19,7 +19,10 @@ CHAT_OK = {
     "choices": [{"message": {"role": "assistant", "content": "Paris. And more"}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 12, "completion_tokens": 4, "prompt_tokens_details": {"cached_tokens": 8}},
 }
-COMPLETE_OK = {"choices": [{"text": " 4, 5", "finish_reason": "length"}], "usage": {"prompt_tokens": 5, "completion_tokens": 2}}
+COMPLETE_OK = {
+    "choices": [{"text": " 4, 5", "finish_reason": "length"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 2},
+}
 
 
 class Stub(Loopback):
@@ -62,7 +65,9 @@ def test_is_an_llm():
 def test_chat_request_and_response():
     with Stub([(200, {}, CHAT_OK)]) as stub:
         llm = OpenAICompatLLM.from_env(stub.url, "stub-model", api_key_env="MY_KEY", env={"MY_KEY": "sekret"})
-        out = llm.chat([ChatMessage("system", "Be brief."), ChatMessage("user", "Capital of France?")], stop=["."], max_tokens=7)
+        out = llm.chat(
+            [ChatMessage("system", "Be brief."), ChatMessage("user", "Capital of France?")], stop=["."], max_tokens=7
+        )
     path, headers, body = stub.requests[0]
     assert path == "/v1/chat/completions"
     assert headers["Authorization"] == "Bearer sekret"
@@ -75,7 +80,12 @@ def test_chat_request_and_response():
     }
     assert out.text == "Paris"  # stop strings are also applied locally
     assert out.finish_reason == "stop"
-    assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens, out.usage.calls) == (12, 8, 4, 1)
+    assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens, out.usage.calls) == (
+        12,
+        8,
+        4,
+        1,
+    )
     assert out.usage.wall_ms > 0
 
 
@@ -85,7 +95,14 @@ def test_complete_uses_completions_endpoint():
     path, headers, body = stub.requests[0]
     assert path == "/v1/completions"
     assert "Authorization" not in headers
-    assert body == {"model": "stub-model", "prompt": "1, 2, 3,", "max_tokens": 2, "temperature": 0.0, "seed": 3, "top_k": 1}
+    assert body == {
+        "model": "stub-model",
+        "prompt": "1, 2, 3,",
+        "max_tokens": 2,
+        "temperature": 0.0,
+        "seed": 3,
+        "top_k": 1,
+    }
     assert (out.text, out.finish_reason) == (" 4, 5", "length")
     assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens) == (5, 0, 2)
 

@@ -24,7 +24,9 @@ IR = 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
 
 
 def engine(llm, **options) -> Engine:
-    config = EngineConfig(cost_model="structural", measure_costs=False, kv_reuse=False, max_hops=2, repairs=0, **options)
+    config = EngineConfig(
+        cost_model="structural", measure_costs=False, kv_reuse=False, max_hops=2, repairs=0, **options
+    )
     return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
 
 
@@ -38,7 +40,10 @@ def stats(**em: float) -> Statistics:
 
 
 def test_iterate_asks_what_the_iter_retgen_baseline_asks_and_answers_alike():
-    own, baseline = ScriptedLLM([(RAG, ["Spielberg", "Cincinnati", "Cincinnati"])]), ScriptedLLM([(RAG, ["Spielberg", "Cincinnati", "Cincinnati"])])
+    own, baseline = (
+        ScriptedLLM([(RAG, ["Spielberg", "Cincinnati", "Cincinnati"])]),
+        ScriptedLLM([(RAG, ["Spielberg", "Cincinnati", "Cincinnati"])]),
+    )
     result = engine(own).ask(QUESTION, strategy="iterate")
     expected = IterRetGen(baseline, KeywordRetriever(PASSAGES), k=3).run(QUESTION)
     assert own.calls == baseline.calls and len(own.calls) == 3
@@ -53,7 +58,10 @@ def test_every_operator_runs_through_the_engine_and_explains():
         assert result.physical.operator == op and result.answer
         text = analyze.text(result, result.physical)
         assert f"Physical plan: {OPERATORS[op].label}" in text
-        assert json.loads(json.dumps(analyze.to_dict(result, result.physical)))["physical"]["parsed"] == OPERATORS[op].needs_plan
+        assert (
+            json.loads(json.dumps(analyze.to_dict(result, result.physical)))["physical"]["parsed"]
+            == OPERATORS[op].needs_plan
+        )
 
 
 def test_the_cascade_stops_at_a_supported_first_answer():
@@ -71,7 +79,10 @@ def test_an_unsupported_answer_escalates_to_iterate_and_agreeing_supported_round
     llm = ScriptedLLM([(RAG, ["Paris", "Paris", "Paris"]), ("nlqo IR", IR)], default="Cincinnati")
     result = engine(llm).ask(QUESTION, strategy="cascade")
     decisions = [s.text for s in result.trace if s.node == "cascade"]
-    assert decisions == ["retrieve's answer: not found in the passages; iterate", "iterate's answer: not found in the passages; plan"]
+    assert decisions == [
+        "retrieve's answer: not found in the passages; iterate",
+        "iterate's answer: not found in the passages; plan",
+    ]
     assert any(s.node == "parse" for s in result.trace) and result.answer == "Cincinnati"
 
 
@@ -93,7 +104,9 @@ def test_auto_choosing_the_tree_parses_first():
     e = engine(llm, strategy="auto", policy="quality")
     e.statistics = stats(retrieve=0.20, tree=0.60)
     result = e.ask(QUESTION)
-    assert result.physical.operator == "tree" and "nlqo IR" in llm.calls[0] and result.physical.choice.operator == "tree"
+    assert (
+        result.physical.operator == "tree" and "nlqo IR" in llm.calls[0] and result.physical.choice.operator == "tree"
+    )
 
 
 def test_a_time_budget_leaves_out_slow_operators():
@@ -105,7 +118,9 @@ def test_a_time_budget_leaves_out_slow_operators():
 def test_statistics_of_another_model_are_refused_naming_the_difference(tmp_path):
     from nlqo.builder import load_statistics
 
-    path = save(Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators={}), tmp_path / "statistics.json")
+    path = save(
+        Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators={}), tmp_path / "statistics.json"
+    )
     with pytest.raises(ConfigError, match=r"model 'qwen2.5-coder-1.5b', not 'smollm2-135m'.*nlqo analyze"):
         load_statistics(EngineConfig(statistics=path), {"model": "smollm2-135m", "k": 3})
     with pytest.raises(ConfigError, match=r"k 3, not 5"):

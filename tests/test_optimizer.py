@@ -67,10 +67,14 @@ def test_greedy_fallback_gives_a_valid_plan_no_better_than_the_exact_one_and_say
 
 
 def test_a_narrow_beam_is_reported_and_makes_the_plan_inexact():
-    q = parse('q1 = (?a, "p", ?b)\nq2 = (?a, "q", ?c)\nq3 = (?a, "r", ?d)\nq4 = (?a, "s", ?e)\nq5 = (?a, "t", ?f)\nanswer ?a')
+    q = parse(
+        'q1 = (?a, "p", ?b)\nq2 = (?a, "q", ?c)\nq3 = (?a, "r", ?d)\nq4 = (?a, "s", ?e)\nq5 = (?a, "t", ?f)\nanswer ?a'
+    )
     wide = Optimizer(cost_model=STRUCTURAL, llm=None, rules=()).optimize(q)
     narrow = Optimizer(cost_model=STRUCTURAL, beam=1, rules=(), llm=None).optimize(
-        parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?b, "r", ?d)\nq4 = (?c, "s", ?e)\nq5 = (?d, "t", ?c)\nanswer ?a')
+        parse(
+            'q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?b, "r", ?d)\nq4 = (?c, "s", ?e)\nq5 = (?d, "t", ?c)\nanswer ?a'
+        )
     )
     assert wide.stats.exact and wide.stats.beam_dropped == 0 and (wide.stats.beam, wide.stats.budget) == (32, 50_000)
     assert narrow.stats.beam_dropped > 0 and not narrow.stats.exact
@@ -92,7 +96,9 @@ def test_a_semantic_metric_makes_the_search_inexact_and_says_why():
     p = Optimizer(cost_model=load_cost_model("default"), embedder=Words()).optimize(q)
     assert set(p.cost.terms) == {"depth", "edges", "imbalance", "size", "similarity"}
     assert 0 < p.cost.terms["similarity"] <= 1
-    assert not p.stats.exact and p.stats.inexact_because == ("the search cannot prune on similarity (not declared structural)",)
+    assert not p.stats.exact and p.stats.inexact_because == (
+        "the search cannot prune on similarity (not declared structural)",
+    )
 
 
 def test_relation_cache_cold_and_warm_give_the_same_plan(tmp_path):
@@ -108,7 +114,9 @@ def test_relation_cache_cold_and_warm_give_the_same_plan(tmp_path):
     llm = ScriptedLLM([("A: \\?band released Counterparts\\nB: \\?drummer", "parent"), ("Relation of A", "sibling")])
     cold = Optimizer(cost_model=STRUCTURAL, llm=llm, cache=RelationCache.open(tmp_path / "rel.json")).optimize(q)
     assert cold.stats.llm_calls == 3 and cold.stats.cache_hits == 0
-    assert cold.stats.llm_usage.calls == 3 and cold.stats.llm_usage.prompt_tokens == sum(len(c.split()) for c in llm.calls)
+    assert cold.stats.llm_usage.calls == 3 and cold.stats.llm_usage.prompt_tokens == sum(
+        len(c.split()) for c in llm.calls
+    )
     warm = Optimizer(cost_model=STRUCTURAL, llm=llm, cache=RelationCache.open(tmp_path / "rel.json")).optimize(q)
     assert warm.stats.llm_calls == 0 and warm.stats.cache_hits == 3
     assert warm.stats.llm_usage.calls == 0 and warm.stats.llm_usage.prompt_tokens == 0
@@ -184,9 +192,15 @@ def test_contradictory_pins_exit_non_zero_naming_both_lines_and_the_cycle(tmp_pa
 @pytest.mark.parametrize(
     "pins, message",
     [
-        ("relation q1 parent q2\nrelation q2 parent q3\nrelation q3 parent q1", "lines 4, 5 and 6: parent pins make a cycle q1 -> q2 -> q3 -> q1"),
+        (
+            "relation q1 parent q2\nrelation q2 parent q3\nrelation q3 parent q1",
+            "lines 4, 5 and 6: parent pins make a cycle q1 -> q2 -> q3 -> q1",
+        ),
         ("relation q1 parent q3\nrelation q2 parent q3", "lines 4 and 5: q3 is pinned under both q1 and q2"),
-        ("relation q1 parent q2\nrelation q2 sibling q1", "lines 4 and 5: q1 parent q2 and q2 sibling q1 cannot both hold"),
+        (
+            "relation q1 parent q2\nrelation q2 sibling q1",
+            "lines 4 and 5: q1 parent q2 and q2 sibling q1 cannot both hold",
+        ),
     ],
 )
 def test_every_kind_of_pin_contradiction_is_located(pins, message):
@@ -235,7 +249,9 @@ def test_500_atom_chains_and_stars_plan_within_the_budget_with_the_fallback(shap
 
 
 def test_more_atoms_than_the_limit_is_a_clear_error():
-    with pytest.raises(LimitError, match="1001 atoms, more than the optimizer plans \\(1000; raise it with --max-atoms"):
+    with pytest.raises(
+        LimitError, match="1001 atoms, more than the optimizer plans \\(1000; raise it with --max-atoms"
+    ):
         Optimizer(cost_model=STRUCTURAL).optimize(star(1001))
 
 

@@ -38,14 +38,24 @@ def test_wheel_carries_grammars_rules_and_cost_models(wheel):
 
 def test_installed_wheel_finds_its_definitions(wheel, tmp_path):
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)],
+        check=True,
+    )
     code = (
         "import nlqo.resources as r, nlqo.syntax as s, nlqo.cost as c;"
         "print(r.builtin_dir('grammar'));"
-        "print(s.parse('q1 = (?x, \"p\", \"o\")\\nanswer ?x').atoms[0].id);"
+        'print(s.parse(\'q1 = (?x, "p", "o")\\nanswer ?x\').atoms[0].id);'
         "print(c.load_cost_model('structural').formula())"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True, check=True).stdout.splitlines()
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
     assert out[0] == str(target / "nlqo" / "_data" / "grammar")
     assert out[1:] == ["q1", "depth + imbalance - size - edges"]
 
@@ -54,7 +64,10 @@ def test_nlqo_testing_works_from_an_installed_wheel(wheel, tmp_path):
     """Users property-test their own rules with it, outside a checkout: the strategies, checkers,
     oracle, fixture runner and fakes all come from the wheel."""
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)], check=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(target), str(wheel)],
+        check=True,
+    )
     code = (
         "import nlqo.testing as t, nlqo.testing.strategies as s\n"
         "from hypothesis import given, settings\n"
@@ -67,7 +80,13 @@ def test_nlqo_testing_works_from_an_installed_wheel(wheel, tmp_path):
         "print(t.__file__)\n"
         "print(t.ScriptedLLM([('x', 'y')]).complete('x').text, type(t.HashEmbedder()).__name__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(target), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     lines = out.stdout.splitlines()
     assert lines[0] == str(target / "nlqo" / "testing" / "__init__.py")

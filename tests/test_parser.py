@@ -93,7 +93,9 @@ def test_without_cleanup_the_repair_sees_the_whole_loop():
 
 
 def test_recorded_failure_text_gives_back_the_replies():
-    err = ParseFailure("no IR", attempts=("q1 = (?a\n  ^", "Still no."), errors=("<llm>:1:8: bad\n  q1\n  ^", "no atoms"))
+    err = ParseFailure(
+        "no IR", attempts=("q1 = (?a\n  ^", "Still no."), errors=("<llm>:1:8: bad\n  q1\n  ^", "no atoms")
+    )
     assert ParseFailure.replies_in(str(err)) == ("q1 = (?a\n  ^", "Still no.")
 
 
@@ -140,7 +142,13 @@ def test_by_default_loose_ir_is_kept_at_once_with_a_warning():
     assert result.warnings == ("atoms q2 name no entity of the question, nor share a variable with an atom that does",)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["?a", "?b", "?c", '"Jaws"']), st.sampled_from(["?a", "?b", "?c", '"Alien"'])), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["?a", "?b", "?c", '"Jaws"']), st.sampled_from(["?a", "?b", "?c", '"Alien"'])),
+        min_size=1,
+        max_size=4,
+    )
+)
 def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
     from nlqo.parser import unanchored
     from nlqo.syntax import parse
@@ -175,4 +183,6 @@ def test_explain_shows_the_warning_of_a_loose_atom():
     config = EngineConfig(cost_model="structural", strategy="tree", measure_costs=False)
     engine = Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
     plan = engine.plan(COMPARE).plan
-    assert "Warning: atoms q2 name no entity of the question, nor share a variable with an atom that does" in explain(plan)
+    assert "Warning: atoms q2 name no entity of the question, nor share a variable with an atom that does" in explain(
+        plan
+    )

@@ -20,9 +20,26 @@ from nlqo.execute.trace import PassageRef, RunResult, Step
 from nlqo.kinds import Operator, StepKind
 from nlqo.testing.strategies import chain, plan, star
 
-NODES = ("parse", "relations", "hop-1", "hop-2", "hop-9", "hop-x", "round-1", "answer", "fallback", "choice", "q1", "q2", "$root", "")
+NODES = (
+    "parse",
+    "relations",
+    "hop-1",
+    "hop-2",
+    "hop-9",
+    "hop-x",
+    "round-1",
+    "answer",
+    "fallback",
+    "choice",
+    "q1",
+    "q2",
+    "$root",
+    "",
+)
 texts = st.one_of(st.just(""), st.text(max_size=30))
-passages = st.builds(PassageRef, id=st.text(max_size=6), title=texts, score=st.floats(allow_nan=False, allow_infinity=False), text=texts)
+passages = st.builds(
+    PassageRef, id=st.text(max_size=6), title=texts, score=st.floats(allow_nan=False, allow_infinity=False), text=texts
+)
 steps = st.builds(
     Step,
     node=st.sampled_from(NODES),
@@ -66,7 +83,10 @@ def results(draw) -> tuple[RunResult, object]:
 
 def test_a_stop_step_without_a_score_prints_its_reason_alone():
     assert progress_line(Step(node="answer", kind="stop", text="answer")) == "  [answer] stop (answer)"
-    assert progress_line(Step(node="hop-1", kind="stop", text="terminator", terminator_score=0.9)) == "  [hop-1] stop (terminator, similarity 0.90)"
+    assert (
+        progress_line(Step(node="hop-1", kind="stop", text="terminator", terminator_score=0.9))
+        == "  [hop-1] stop (terminator, similarity 0.90)"
+    )
 
 
 @settings(max_examples=300)
@@ -81,7 +101,9 @@ def test_every_step_has_a_progress_line_naming_its_node(step):
 def test_every_result_prints_in_every_format(drawn):
     result, physical = drawn
     lines = answer_lines(result, result.strategy)
-    assert lines[0] == (result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)")
+    assert lines[0] == (
+        result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)"
+    )
     assert len(lines) == 2 + len(result.supporting)
     json.loads(json.dumps(result.to_dict(texts=True)))
     text = analyze.text(result, physical)

@@ -27,7 +27,16 @@ from realmodels import unavailable
 REPO = Path(__file__).resolve().parents[1]
 OLDER = REPO / "examples" / "older.nlqo"
 CONTROL = "load: control-looking token: 128247 '</s>' was not control-type; this is probably a bug in the model. its type will be overridden"
-INTERNALS = ("llama_", "load_tensors", "control-looking", "Loading weights", "print_info", "sentence_transformers", "faiss", "ggml")
+INTERNALS = (
+    "llama_",
+    "load_tensors",
+    "control-looking",
+    "Loading weights",
+    "print_info",
+    "sentence_transformers",
+    "faiss",
+    "ggml",
+)
 """Text of llama.cpp, transformers and sentence-transformers internals that a user must not see by default."""
 
 
@@ -78,7 +87,9 @@ def emit_all() -> None:
     llamacpp.LOG.warning(CONTROL)
     logging.getLogger("sentence_transformers.base.model").info("Loading SentenceTransformer model")
     warnings.warn_explicit("a torch deprecation", FutureWarning, "/elsewhere/torch/nn.py", 7)
-    warnings.warn_explicit("skipped 2 bad corpus records", UserWarning, str(Path(nlqo.__file__).parent / "index" / "corpus.py"), 65)
+    warnings.warn_explicit(
+        "skipped 2 bad corpus records", UserWarning, str(Path(nlqo.__file__).parent / "index" / "corpus.py"), 65
+    )
 
 
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
@@ -98,10 +109,15 @@ def test_library_records_go_to_the_log_and_to_stderr_only_when_verbose(verbose, 
     log = log_file.read_text()
     assert CONTROL in log and "Loading SentenceTransformer model" in log
     assert "/elsewhere/torch/nn.py:7: FutureWarning: a torch deprecation" in log
-    assert shown == ["skipped 2 bad corpus records"] and "bad corpus records" not in log  # nlqo's warning shows as before
+    assert (
+        shown == ["skipped 2 bad corpus records"] and "bad corpus records" not in log
+    )  # nlqo's warning shows as before
     err = capsys.readouterr().err
     if verbose:
-        assert f"nlqo.llama_cpp: {CONTROL}\n" in err and "sentence_transformers.base.model: Loading SentenceTransformer model\n" in err
+        assert (
+            f"nlqo.llama_cpp: {CONTROL}\n" in err
+            and "sentence_transformers.base.model: Loading SentenceTransformer model\n" in err
+        )
         assert "FutureWarning: a torch deprecation" in err
     else:
         assert err == ""
@@ -151,7 +167,10 @@ def test_an_unexpected_exception_is_one_line_and_exit_70_with_the_traceback_in_t
     monkeypatch.setattr("nlqo.cli.parse.run", boom)
     assert main(["parse", "Who wrote The Hobbit?"]) == 70
     err = capsys.readouterr().err
-    assert err == f"nlqo: internal error: RuntimeError: boom: an invariant broke (the traceback is in {log_file}; please report it)\n"
+    assert (
+        err
+        == f"nlqo: internal error: RuntimeError: boom: an invariant broke (the traceback is in {log_file}; please report it)\n"
+    )
     log = log_file.read_text()
     assert "ERROR nlqo.cli: internal error in: nlqo parse 'Who wrote The Hobbit?'" in log
     assert "Traceback (most recent call last)" in log and 'raise RuntimeError("boom: an invariant broke")' in log
@@ -164,7 +183,9 @@ def test_verbose_before_or_after_the_command_also_prints_the_traceback(where, lo
     assert main(argv) == 70
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and 'raise RuntimeError("boom: an invariant broke")' in err
-    assert err.endswith(f"nlqo: internal error: RuntimeError: boom: an invariant broke (the traceback is in {log_file}; please report it)\n")
+    assert err.endswith(
+        f"nlqo: internal error: RuntimeError: boom: an invariant broke (the traceback is in {log_file}; please report it)\n"
+    )
 
 
 def test_plans_own_verbose_is_the_global_one_too(capsys):
@@ -194,7 +215,11 @@ sys.exit(main(["parse", "q?"]))
     [
         ("return 0", 0, ""),
         ("raise NlqoError('no such index: idx')", 2, "nlqo: error: no such index: idx\n"),
-        ("raise ValueError('an invariant broke')", 70, "nlqo: internal error: ValueError: an invariant broke (the traceback is in {log}; please report it)\n"),
+        (
+            "raise ValueError('an invariant broke')",
+            70,
+            "nlqo: internal error: ValueError: an invariant broke (the traceback is in {log}; please report it)\n",
+        ),
         ("raise KeyboardInterrupt", 130, "nlqo: interrupted\n"),
         ("raise BrokenPipeError", 141, ""),
     ],
@@ -203,7 +228,9 @@ sys.exit(main(["parse", "q?"]))
 def test_each_exit_code_of_the_help_as_a_process_sees_it(body, code, message, tmp_path):
     log = tmp_path / "nlqo.log"
     env = {**os.environ, logs.ENV: str(log)}
-    done = subprocess.run([sys.executable, "-c", RAISE.format(body=body)], capture_output=True, text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", RAISE.format(body=body)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert (done.returncode, done.stderr) == (code, message.format(log=log))
     assert code in EXIT_CODES
 
@@ -234,7 +261,9 @@ def test_a_reader_gone_before_the_output_is_exit_141_and_silent(tmp_path):
 
 def nlqo_cli(*args: str, log: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = {**os.environ, logs.ENV: str(log)}
-    done = subprocess.run([sys.executable, "-m", "nlqo.cli", *args], capture_output=True, text=True, env=env, timeout=1800)
+    done = subprocess.run(
+        [sys.executable, "-m", "nlqo.cli", *args], capture_output=True, text=True, env=env, timeout=1800
+    )
     if done.returncode == 2 and "smollm2-135m" in done.stderr and "install" in done.stderr:
         unavailable(f"the real-model tests need smollm2-135m: {done.stderr.strip()}")
     assert not check or done.returncode == 0, done.stderr
@@ -253,7 +282,9 @@ def test_a_model_llama_cpp_cannot_load_is_one_error_line_with_what_llama_cpp_sai
     log = tmp_path / "nlqo.log"
     done = nlqo_cli("parse", "Who wrote The Hobbit?", "--model", str(bad), log=log, check=False)
     said = f"nlqo: error: llama.cpp could not load the model {bad} (a truncated, corrupt or unsupported GGUF file); llama.cpp said: llama_model_load: error loading model: "
-    assert done.returncode == 2 and done.stderr.startswith(said) and done.stderr.count("\n") == 1  # here: unknown model architecture: ''
+    assert (
+        done.returncode == 2 and done.stderr.startswith(said) and done.stderr.count("\n") == 1
+    )  # here: unknown model architecture: ''
     assert "ERROR nlqo.llama_cpp: llama_model_load_from_file_impl: failed to load model" in log.read_text()
 
 
@@ -266,10 +297,23 @@ def test_a_real_index_and_ask_print_nothing_from_the_model_libraries_unless_verb
     log = tmp_path / "nlqo.log"
     index = nlqo_cli("index", str(corpus), "--out", str(tmp_path / "index"), log=log)
     assert internals_in(index.stderr) == [] and "indexed 6 passages" in index.stdout
-    ask = ["ask", "Who directed Jaws?", "--index", str(tmp_path / "index"), "--model", "smollm2-135m", "--ir", str(ir), "--runtime", "llama-cpp"]
+    ask = [
+        "ask",
+        "Who directed Jaws?",
+        "--index",
+        str(tmp_path / "index"),
+        "--model",
+        "smollm2-135m",
+        "--ir",
+        str(ir),
+        "--runtime",
+        "llama-cpp",
+    ]
     quiet = nlqo_cli(*ask, log=log)
     assert internals_in(quiet.stderr) == []
-    assert "nlqo: loading smollm2-135m ..." in quiet.stderr and re.search(r"^  \[[\w-]+\] ", quiet.stderr, re.M)  # nlqo's own lines stay
+    assert "nlqo: loading smollm2-135m ..." in quiet.stderr and re.search(
+        r"^  \[[\w-]+\] ", quiet.stderr, re.M
+    )  # nlqo's own lines stay
     logged = log.read_text()
     assert "INFO nlqo.llama_cpp: llama_model_loader: " in logged and "nlqo.llama_cpp: load_tensors: " in logged
     assert "INFO tqdm: Loading weights: 100%" in logged  # the embedder's bar, as one line

@@ -61,9 +61,34 @@ def test_findings_count_substituted_nodes_auto_operators_and_last_resorts(findin
         step("$root", "retrieve", question),
     ]}  # fmt: skip
     autos = [
-        {"qid": "a", "strategy": "auto", "question": question, "stop_reason": "answer", "operator": "retrieve", "em": 1.0, "trace": []},
-        {"qid": "b", "strategy": "auto", "question": question, "stop_reason": "terminator; fallback_answer", "operator": "linear", "em": 0.0, "trace": []},
-        {"qid": "c", "strategy": "auto", "question": question, "stop_reason": "terminator", "operator": "linear", "em": 1.0, "trace": [], "evidence_complete": True},
+        {
+            "qid": "a",
+            "strategy": "auto",
+            "question": question,
+            "stop_reason": "answer",
+            "operator": "retrieve",
+            "em": 1.0,
+            "trace": [],
+        },
+        {
+            "qid": "b",
+            "strategy": "auto",
+            "question": question,
+            "stop_reason": "terminator; fallback_answer",
+            "operator": "linear",
+            "em": 0.0,
+            "trace": [],
+        },
+        {
+            "qid": "c",
+            "strategy": "auto",
+            "question": question,
+            "stop_reason": "terminator",
+            "operator": "linear",
+            "em": 1.0,
+            "trace": [],
+            "evidence_complete": True,
+        },
     ]
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [tree, *autos]))
     findings.findings(tmp_path)
@@ -80,9 +105,14 @@ def test_findings_count_comparison_answers_that_name_none_of_the_options(finding
 
     question = "Which film came out first, Jaws or Alien?"
     (tmp_path / "q.jsonl").write_text(
-        json.dumps({"id": "c1", "question": question, "answers": ["Jaws"], "type": "comparison"}) + "\n"
-        + json.dumps({"id": "c2", "question": "Are Jaws and Alien both films?", "answers": ["yes"], "type": "comparison"}) + "\n"
-        + json.dumps({"id": "b1", "question": "Who directed Jaws?", "answers": ["Steven Spielberg"], "type": "bridge"}) + "\n"
+        json.dumps({"id": "c1", "question": question, "answers": ["Jaws"], "type": "comparison"})
+        + "\n"
+        + json.dumps(
+            {"id": "c2", "question": "Are Jaws and Alien both films?", "answers": ["yes"], "type": "comparison"}
+        )
+        + "\n"
+        + json.dumps({"id": "b1", "question": "Who directed Jaws?", "answers": ["Steven Spielberg"], "type": "bridge"})
+        + "\n"
     )
     (tmp_path / "run.json").write_text(json.dumps({"questions_file": str(tmp_path / "q.jsonl")}))
     records = [
@@ -104,16 +134,36 @@ def test_a_choice_stop_step_is_not_the_terminators_stop(findings):
         stop_reason="max_hops; held_to_options",
     )
     assert findings.stop_cause(run) == "max_hops; held_to_options"
-    assert findings.stop_cause({**REPEAT, "trace": [*REPEAT["trace"], step("choice", "stop", "Jaws")]}) == "an earlier sub-question"
+    assert (
+        findings.stop_cause({**REPEAT, "trace": [*REPEAT["trace"], step("choice", "stop", "Jaws")]})
+        == "an earlier sub-question"
+    )
 
 
 def test_seconds_by_call_groups_llm_calls_by_kind_per_question(findings):
     def call(node, ms, prompt, cached, generated):
-        return {"node": node, "kind": "llm", "wall_ms": ms, "prompt_tokens": prompt, "cached_prompt_tokens": cached, "generated_tokens": generated}
+        return {
+            "node": node,
+            "kind": "llm",
+            "wall_ms": ms,
+            "prompt_tokens": prompt,
+            "cached_prompt_tokens": cached,
+            "generated_tokens": generated,
+        }
 
     runs = [
-        {"strategy": "linear", "trace": [call("hop-1", 3000, 500, 400, 10), call("hop-2", 1000, 600, 500, 20), call("answer", 500, 700, 690, 4)]},
-        {"strategy": "linear[tau=0.9]", "trace": [call("hop-1", 2000, 500, 400, 30), {"node": "hop-2", "kind": "stop", "wall_ms": 0}]},
+        {
+            "strategy": "linear",
+            "trace": [
+                call("hop-1", 3000, 500, 400, 10),
+                call("hop-2", 1000, 600, 500, 20),
+                call("answer", 500, 700, 690, 4),
+            ],
+        },
+        {
+            "strategy": "linear[tau=0.9]",
+            "trace": [call("hop-1", 2000, 500, 400, 30), {"node": "hop-2", "kind": "stop", "wall_ms": 0}],
+        },
     ]
     (rows,) = findings.seconds_by_call(runs).values()
     assert rows == [
@@ -131,7 +181,10 @@ def test_parse_prefix_hits_count_parses_served_mostly_from_the_cache(findings):
         {"strategy": "tree", "index": 6, "trace": [parse_call(3, 14000)]},
         {"strategy": "tree[tree_queries=rewrite]", "trace": [parse_call(394, 3000)]},
         {"strategy": "auto", "trace": [parse_call(0, 20000)]},
-        {"strategy": "tree", "trace": [{"node": "parse", "kind": "llm", "wall_ms": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0}]},
+        {
+            "strategy": "tree",
+            "trace": [{"node": "parse", "kind": "llm", "wall_ms": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0}],
+        },
     ]
     assert findings.parse_prefix_hits(runs, "tree") == (2, 3, 4.0, 14.0, [7])
     assert findings.parse_prefix_hits(runs, "auto") == (0, 1, 0.0, 20.0, [])
@@ -141,7 +194,16 @@ def test_questions_option_keeps_the_records_of_a_range_of_question_indices(findi
     import json
 
     def auto(index, em):
-        return {"qid": f"q{index}", "index": index, "strategy": "auto", "question": "Who?", "stop_reason": "answer", "operator": "retrieve", "em": em, "trace": []}
+        return {
+            "qid": f"q{index}",
+            "index": index,
+            "strategy": "auto",
+            "question": "Who?",
+            "stop_reason": "answer",
+            "operator": "retrieve",
+            "em": em,
+            "trace": [],
+        }
 
     (tmp_path / "records.jsonl").write_text("".join(json.dumps(auto(i, float(i >= 2))) + "\n" for i in range(4)))
     assert findings.question_range("2:") == range(2, findings.sys.maxsize)
@@ -157,8 +219,17 @@ def test_strategy_means_count_only_questions_every_strategy_finished(findings):
     def run(qid, strategy, em, seconds, retrievals):
         return {"qid": qid, "strategy": strategy, "em": em, "seconds": seconds, "retrievals": retrievals}
 
-    records = [run("a", "linear", 1.0, 20.0, 2), run("a", "auto", 0.0, 30.0, 1), run("b", "linear", 0.0, 10.0, 1), run("b", "auto", 1.0, 10.0, 1), run("c", "linear", 1.0, 99.0, 9)]
-    assert findings.strategy_means(records) == (2, ["linear 50.0 EM · 15.0 s · 1.50 retrievals", "auto 50.0 EM · 20.0 s · 1.00 retrievals"])
+    records = [
+        run("a", "linear", 1.0, 20.0, 2),
+        run("a", "auto", 0.0, 30.0, 1),
+        run("b", "linear", 0.0, 10.0, 1),
+        run("b", "auto", 1.0, 10.0, 1),
+        run("c", "linear", 1.0, 99.0, 9),
+    ]
+    assert findings.strategy_means(records) == (
+        2,
+        ["linear 50.0 EM · 15.0 s · 1.50 retrievals", "auto 50.0 EM · 20.0 s · 1.00 retrievals"],
+    )
 
 
 def test_auto_against_linear_counts_questions_won_and_lost_per_operator(findings):

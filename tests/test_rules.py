@@ -16,12 +16,16 @@ FIXTURES = Path(__file__).parent / "fixtures" / "rules"
 
 @pytest.mark.parametrize("rule", [p.stem for p in sorted(FIXTURES.glob("*.nlqo"))])
 def test_rule_fixtures(rule):
-    assert check_rule_file(FIXTURES / f"{rule}.nlqo", load_rule(rule)) == len(list(rule_cases(FIXTURES / f"{rule}.nlqo")))
+    assert check_rule_file(FIXTURES / f"{rule}.nlqo", load_rule(rule)) == len(
+        list(rule_cases(FIXTURES / f"{rule}.nlqo"))
+    )
 
 
 def test_the_fixture_runner_fails_on_a_wrong_expectation(tmp_path):
     bad = tmp_path / "normalize_variables.nlqo"
-    bad.write_text('# title: wrong on purpose\nq1 = (?A, "p", "x")\nanswer ?A\n# expect:\nq1 = (?A, "p", "x")\nanswer ?A\n')
+    bad.write_text(
+        '# title: wrong on purpose\nq1 = (?A, "p", "x")\nanswer ?A\n# expect:\nq1 = (?A, "p", "x")\nanswer ?A\n'
+    )
     with pytest.raises(AssertionError, match="wrong on purpose"):
         check_rule_file(bad, load_rule("normalize_variables"))
 

@@ -43,14 +43,22 @@ class Gate:
 
 def make_engine(reply=" Steven Spielberg", **options) -> tuple[Engine, ScriptedLLM]:
     llm = ScriptedLLM([], default=reply)
-    config = EngineConfig(strategy="retrieve", measure_costs=False, cost_model="structural", max_question_chars=200, **options)
+    config = EngineConfig(
+        strategy="retrieve", measure_costs=False, cost_model="structural", max_question_chars=200, **options
+    )
     return Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()), llm
 
 
 @contextlib.contextmanager
 def serving(service: Service, **options):
     """The app of ``service`` on a free loopback port; yields (host, port)."""
-    app = create_app(service, strategy="retrieve", strategies=("auto", "retrieve", "linear", "tree", "iterate", "cascade"), model="scripted", **options)
+    app = create_app(
+        service,
+        strategy="retrieve",
+        strategies=("auto", "retrieve", "linear", "tree", "iterate", "cascade"),
+        model="scripted",
+        **options,
+    )
     sock = bind("127.0.0.1", 0)
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, lifespan="off", timeout_graceful_shutdown=1))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
@@ -83,7 +91,9 @@ def call(address, method: str, path: str, body=None, *, headers=None, raw: bytes
 def events(address, body, *, stop_after: int | None = None):
     """The server-sent events of a streamed ask, as (name, data); ``stop_after`` hangs up after that many."""
     conn = http.client.HTTPConnection(*address, timeout=30)
-    conn.request("POST", "/v1/ask", body=json.dumps({**body, "stream": True}), headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST", "/v1/ask", body=json.dumps({**body, "stream": True}), headers={"Content-Type": "application/json"}
+    )
     response = conn.getresponse()
     assert response.status == 200 and response.getheader("content-type").startswith("text/event-stream")
     out, name = [], None
@@ -109,7 +119,11 @@ def test_ask_returns_the_answer_its_passages_with_texts_the_operator_and_the_tim
     with serving(Service(engine)) as address:
         status, _, body = call(address, "POST", "/v1/ask", {"question": QUESTION})
     assert status == 200 and body["answer"] == "Steven Spielberg" and body["operator"] == "retrieve"
-    assert body["supporting"] and body["supporting"][0]["title"] == "Jaws (film)" and "Spielberg" in body["supporting"][0]["text"]
+    assert (
+        body["supporting"]
+        and body["supporting"][0]["title"] == "Jaws (film)"
+        and "Spielberg" in body["supporting"][0]["text"]
+    )
     assert body["timing"]["execution_ms"] > 0 and body["stats"]["llm_calls"] == len(llm.calls) == 1
     assert "explain" not in body
 
@@ -119,7 +133,10 @@ def test_ask_with_explain_adds_explain_analyze_json_and_html():
     with serving(Service(engine)) as address:
         _, _, as_json = call(address, "POST", "/v1/ask", {"question": QUESTION, "explain": True})
         _, _, as_html = call(address, "POST", "/v1/ask", {"question": QUESTION, "explain": "html"})
-    assert as_json["explain"]["physical"]["operator"] == "retrieve" and as_json["explain"]["analyze"]["answer"] == "Steven Spielberg"
+    assert (
+        as_json["explain"]["physical"]["operator"] == "retrieve"
+        and as_json["explain"]["analyze"]["answer"] == "Steven Spielberg"
+    )
     assert as_html["explain"].lstrip().lower().startswith("<!doctype html") and "Steven Spielberg" in as_html["explain"]
 
 
@@ -130,7 +147,11 @@ def test_explain_plans_without_running_and_retrieve_searches_the_index():
         assert status == 200 and plan["operator"] == "retrieve" and plan["plan"]["physical"]["operator"] == "retrieve"
         assert llm.calls == []  # nothing ran: retrieve needs no parse
         status, _, found = call(address, "POST", "/v1/retrieve", {"query": "Spielberg born", "k": 2})
-    assert status == 200 and [h["rank"] for h in found["hits"]] == [1, 2] and found["hits"][0]["title"] == "Steven Spielberg"
+    assert (
+        status == 200
+        and [h["rank"] for h in found["hits"]] == [1, 2]
+        and found["hits"][0]["title"] == "Steven Spielberg"
+    )
 
 
 @pytest.mark.parametrize(
@@ -172,10 +193,14 @@ def test_a_full_queue_is_answered_429_with_retry_after_and_waiting_requests_run_
     service = Service(engine, capacity=1, queue_limit=1)
     with serving(service) as address:
         results = []
-        first = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        first = threading.Thread(
+            target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION}))
+        )
         first.start()
         assert gate.entered.acquire(timeout=10)  # the first holds the only slot
-        second = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        second = threading.Thread(
+            target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION}))
+        )
         second.start()
         deadline = time.monotonic() + 10
         while service.snapshot()["queue_length"] < 1 and time.monotonic() < deadline:
@@ -193,10 +218,14 @@ def test_requests_up_to_the_capacity_run_at_the_same_time():
     gate = Gate()
     engine, _ = make_engine(gate)
     with serving(Service(engine, capacity=2, queue_limit=0)) as address:
-        threads = [threading.Thread(target=call, args=(address, "POST", "/v1/ask", {"question": QUESTION})) for _ in range(2)]
+        threads = [
+            threading.Thread(target=call, args=(address, "POST", "/v1/ask", {"question": QUESTION})) for _ in range(2)
+        ]
         for t in threads:
             t.start()
-        both = gate.entered.acquire(timeout=10) and gate.entered.acquire(timeout=10)  # both in the model before either is let out
+        both = gate.entered.acquire(timeout=10) and gate.entered.acquire(
+            timeout=10
+        )  # both in the model before either is let out
         gate.opened.set()
         for t in threads:
             t.join(10)
@@ -261,9 +290,15 @@ def test_the_token_is_required_everywhere_but_the_console_page_and_health():
     engine, _ = make_engine()
     with serving(Service(engine), token="s3cret") as address:
         assert call(address, "POST", "/v1/ask", {"question": QUESTION})[0] == 401
-        assert call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer wrong"})[0] == 401
+        assert (
+            call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer wrong"})[0]
+            == 401
+        )
         assert call(address, "GET", "/metrics")[0] == 401
-        assert call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer s3cret"})[0] == 200
+        assert (
+            call(address, "POST", "/v1/ask", {"question": QUESTION}, headers={"Authorization": "Bearer s3cret"})[0]
+            == 200
+        )
         assert call(address, "GET", "/v1/health")[0] == 200 and call(address, "GET", "/")[0] == 200
 
 
@@ -285,7 +320,9 @@ def test_a_closing_service_answers_503_and_lets_running_requests_finish():
     service = Service(engine, capacity=1)
     with serving(service) as address:
         results = []
-        running = threading.Thread(target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION})))
+        running = threading.Thread(
+            target=lambda: results.append(call(address, "POST", "/v1/ask", {"question": QUESTION}))
+        )
         running.start()
         assert gate.entered.acquire(timeout=10)
         service.begin_close(grace=30)
@@ -305,10 +342,17 @@ def test_stats_and_metrics_count_what_was_served():
         call(address, "POST", "/v1/ask", {"question": "   "})
         stats = call(address, "GET", "/v1/stats")[2]
         status, headers, metrics = call(address, "GET", "/metrics")
-    assert stats["requests_served"] == 3 and stats["latency_seconds"]["window"] == 3 and stats["latency_seconds"]["p95"] > 0
+    assert (
+        stats["requests_served"] == 3
+        and stats["latency_seconds"]["window"] == 3
+        and stats["latency_seconds"]["p95"] > 0
+    )
     assert stats["generated_tokens"] == 6  # two words per answer
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert 'nlqo_requests_total{endpoint="ask",outcome="ok"} 3' in metrics.splitlines() and "nlqo_queue_length 0" in metrics.splitlines()
+    assert (
+        'nlqo_requests_total{endpoint="ask",outcome="ok"} 3' in metrics.splitlines()
+        and "nlqo_queue_length 0" in metrics.splitlines()
+    )
 
 
 def test_the_console_and_the_schema_page_load_nothing_from_the_network():
@@ -319,11 +363,14 @@ def test_the_console_and_the_schema_page_load_nothing_from_the_network():
         schema = call(address, "GET", "/openapi.json")[2]
     assert "<form" in console and "/v1/ask" in console
     for page in (console, docs):
-        assert "src=\"http" not in page and "href=\"http" not in page and "cdn" not in page.lower()
+        assert 'src="http' not in page and 'href="http' not in page and "cdn" not in page.lower()
     assert {"/v1/ask", "/v1/explain", "/v1/retrieve", "/v1/health", "/v1/stats", "/metrics"} <= set(schema["paths"])
     assert "/v1/ask" in docs
 
 
-@pytest.mark.parametrize("values, q, expected", [([3.0, 1.0, 2.0], 50, 2.0), ([1.0] * 19 + [9.0], 95, 1.0), ([1.0] * 18 + [9.0, 9.0], 95, 9.0)])
+@pytest.mark.parametrize(
+    "values, q, expected",
+    [([3.0, 1.0, 2.0], 50, 2.0), ([1.0] * 19 + [9.0], 95, 1.0), ([1.0] * 18 + [9.0, 9.0], 95, 9.0)],
+)
 def test_percentiles_are_nearest_rank(values, q, expected):
     assert percentile(values, q) == expected

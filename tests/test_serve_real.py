@@ -25,7 +25,11 @@ pytestmark = pytest.mark.real_model
 
 PASSAGES = [
     {"id": "a1", "title": "Jaws (film)", "text": "Jaws is a 1975 thriller film directed by Steven Spielberg."},
-    {"id": "a2", "title": "Steven Spielberg", "text": "Steven Spielberg is an American film director born in Cincinnati, Ohio."},
+    {
+        "id": "a2",
+        "title": "Steven Spielberg",
+        "text": "Steven Spielberg is an American film director born in Cincinnati, Ohio.",
+    },
     {"id": "a3", "title": "Cincinnati", "text": "Cincinnati is a city in the state of Ohio."},
     {"id": "a4", "title": "The Hobbit", "text": "The Hobbit is a novel by J. R. R. Tolkien, published in 1937."},
 ]
@@ -46,7 +50,21 @@ class Server:
     """``nlqo serve`` in a child process on a free loopback port."""
 
     def __init__(self, index: Path, *extra: str):
-        cmd = [sys.executable, "-m", "nlqo", "serve", "--index", str(index), "--model", MODEL, "--port", "0", "-k", "2", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "nlqo",
+            "serve",
+            "--index",
+            str(index),
+            "--model",
+            MODEL,
+            "--port",
+            "0",
+            "-k",
+            "2",
+            *extra,
+        ]
         self.process = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         said = []
         for line in self.process.stderr:
@@ -64,7 +82,12 @@ class Server:
     def request(self, method: str, path: str, body=None, timeout: float = 300):
         conn = http.client.HTTPConnection(*self.address, timeout=timeout)
         try:
-            conn.request(method, path, body=None if body is None else json.dumps(body), headers={"Content-Type": "application/json"})
+            conn.request(
+                method,
+                path,
+                body=None if body is None else json.dumps(body),
+                headers={"Content-Type": "application/json"},
+            )
             response = conn.getresponse()
             return response.status, json.loads(response.read())
         finally:
@@ -83,7 +106,26 @@ def server(index):
 
 
 def single_process_answer(index: Path, question: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "nlqo", "ask", question, "--index", str(index), "--model", MODEL, "-k", "2", "--json", "--quiet"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "nlqo",
+            "ask",
+            question,
+            "--index",
+            str(index),
+            "--model",
+            MODEL,
+            "-k",
+            "2",
+            "--json",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)["answer"]
 
@@ -91,7 +133,10 @@ def single_process_answer(index: Path, question: str) -> str:
 def test_served_answers_equal_the_single_process_answers_also_when_asked_at_once(server, index):
     expected = {q: single_process_answer(index, q) for q in QUESTIONS}
     replies: dict[str, list] = {q: [] for q in QUESTIONS}
-    threads = [threading.Thread(target=lambda q=q: replies[q].append(server.request("POST", "/v1/ask", {"question": q}))) for q in QUESTIONS * 2]
+    threads = [
+        threading.Thread(target=lambda q=q: replies[q].append(server.request("POST", "/v1/ask", {"question": q})))
+        for q in QUESTIONS * 2
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -105,7 +150,12 @@ def test_served_answers_equal_the_single_process_answers_also_when_asked_at_once
 
 def test_a_streamed_ask_on_the_real_model_reports_its_steps(server):
     conn = http.client.HTTPConnection(*server.address, timeout=300)
-    conn.request("POST", "/v1/ask", body=json.dumps({"question": QUESTIONS[1], "stream": True, "explain": True}), headers={"Content-Type": "application/json"})
+    conn.request(
+        "POST",
+        "/v1/ask",
+        body=json.dumps({"question": QUESTIONS[1], "stream": True, "explain": True}),
+        headers={"Content-Type": "application/json"},
+    )
     text = conn.getresponse().read().decode()
     names = re.findall(r"^event: (\w+)$", text, re.M)
     assert names[:2] == ["accepted", "plan"] and "step" in names and names[-1] == "result"
@@ -147,10 +197,15 @@ def test_the_console_asks_streams_the_steps_and_shows_the_answer_and_the_plan(se
         page.open(f"http://{host}:{port}/")
         page.eval(f"document.getElementById('question').value = {json.dumps(QUESTIONS[1])}")
         page.click("#go")
-        state = page.wait_for("document.body.dataset.state === 'answered' || document.body.dataset.state === 'failed' ? document.body.dataset.state : ''", timeout=300)
+        state = page.wait_for(
+            "document.body.dataset.state === 'answered' || document.body.dataset.state === 'failed' ? document.body.dataset.state : ''",
+            timeout=300,
+        )
         assert state == "answered", page.eval("document.getElementById('error').textContent")
         steps = page.eval("[...document.querySelectorAll('#steps li')].map(li => li.textContent)")
-        assert steps[0].startswith("plan: ") and any("retrieve" in s for s in steps) and steps[-1].startswith("answer: ")
+        assert (
+            steps[0].startswith("plan: ") and any("retrieve" in s for s in steps) and steps[-1].startswith("answer: ")
+        )
         answer = page.eval("document.getElementById('answer').textContent")
         assert answer and page.eval("document.querySelectorAll('#passages li').length") >= 1
         assert page.wait_for("document.getElementById('plan').srcdoc.includes('nlqo-plans')")

@@ -38,7 +38,15 @@ class SlotServer(Loopback):
     equal to the last one a slot saw is served from that slot's cache (reported as cached tokens).
     ``report``: 'props' (``/props`` gives ``total_slots``), 'slots' (only ``/slots``) or None."""
 
-    def __init__(self, slots: int, *, report: str | None = "props", prefill_ms: float = 2.0, decode_ms: float = 25.0, loading: int = 0):
+    def __init__(
+        self,
+        slots: int,
+        *,
+        report: str | None = "props",
+        prefill_ms: float = 2.0,
+        decode_ms: float = 25.0,
+        loading: int = 0,
+    ):
         self.slots, self.report, self.gets, self.loading = slots, report, [], loading
         free = threading.Semaphore(slots)
         last: list[str] = [""] * slots
@@ -63,13 +71,21 @@ class SlotServer(Loopback):
                 tokens = len(prompt.split())
                 with free:
                     with taken:  # the slot whose last prompt matches, else any
-                        slot = last.index(prompt) if prompt in last else next(i for i, p in enumerate(last) if p != "\0busy")
+                        slot = (
+                            last.index(prompt)
+                            if prompt in last
+                            else next(i for i, p in enumerate(last) if p != "\0busy")
+                        )
                         cached = tokens - 1 if last[slot] == prompt else 0
                         last[slot] = "\0busy"
                     time.sleep(((tokens - cached) * prefill_ms + body["max_tokens"] * decode_ms) / 1000)
                     with taken:
                         last[slot] = prompt
-                usage = {"prompt_tokens": tokens, "completion_tokens": body["max_tokens"], "prompt_tokens_details": {"cached_tokens": cached}}
+                usage = {
+                    "prompt_tokens": tokens,
+                    "completion_tokens": body["max_tokens"],
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                }
                 self.reply(200, {"choices": [{"text": " x", "finish_reason": "length"}], "usage": usage})
 
         super().__init__(Handler)
@@ -92,7 +108,11 @@ def test_the_reported_slots_are_the_declared_concurrency_also_behind_a_response_
         llm = OpenAICompatLLM(server.url, "m")
         assert capabilities(llm) == Capabilities(concurrency=3, server_slots=True, cache_identity=True)
         cached = CachedLLM(llm, tmp_path)
-        assert (capabilities(cached).concurrency, capabilities(cached).server_slots, cached.server_slots()) == (3, True, 3)
+        assert (capabilities(cached).concurrency, capabilities(cached).server_slots, cached.server_slots()) == (
+            3,
+            True,
+            3,
+        )
         assert server.gets == ["/props"]
 
 
@@ -131,7 +151,10 @@ def test_reported_slots_make_auto_lower_a_branching_plan_to_the_tree():
     assert parallel.kv_reuse and serial.kv_reuse  # both serve a repeated prompt from the slot's cache
     assert len(parallel.batch_speedup) == 4 and parallel.batch_speedup[1] > 1.6 and serial.batch_speedup == ()
     chosen = lower(plan, parallel)
-    assert chosen.operator == "tree" and "backend concurrency 4 (server slots), measured batch throughput 1:1.00x 2:" in chosen.reason
+    assert (
+        chosen.operator == "tree"
+        and "backend concurrency 4 (server slots), measured batch throughput 1:1.00x 2:" in chosen.reason
+    )
     assert lower(plan, serial).operator == "linear"
 
 

@@ -112,7 +112,9 @@ def test_a_held_out_run_skips_the_calibration_questions(tmp_path):
     from nlqo.eval.datasets import QuestionSet
 
     path = tmp_path / "q.jsonl"
-    path.write_text("".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answers": ["a"]}) + "\n" for i in range(6)))
+    path.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"Q{i}?", "answers": ["a"]}) + "\n" for i in range(6))
+    )
     held = QuestionSet.load(path, limit=5, skip=2)
     assert [q.id for q in held.questions] == ["q2", "q3", "q4"]
     assert held.sha256 == QuestionSet.load(path).sha256

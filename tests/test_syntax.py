@@ -21,7 +21,9 @@ answer ?band
 
 
 def test_an_answer_may_name_several_targets():
-    q = parse('q1 = ("Jaws", "released in", ?y1)\nq2 = ("Alien", "released in", ?y2)\nq3 = (?d, "directed", "Jaws")\nanswer ?y1, ?y2, q3')
+    q = parse(
+        'q1 = ("Jaws", "released in", ?y1)\nq2 = ("Alien", "released in", ?y2)\nq3 = (?d, "directed", "Jaws")\nanswer ?y1, ?y2, q3'
+    )
     assert q.answer == (Var("y1"), Var("y2"), "q3")
     assert render(q).endswith("answer ?y1, ?y2, q3\n") and parse(render(q)) == q
     with pytest.raises(IRSemanticError, match="answer names a target twice"):
@@ -59,10 +61,10 @@ def test_round_trip(query):
         ('q1 = (?a, "p")\nanswer ?a', "exactly three terms", 1, 14),
         ('q1 = (?a, "p", ?b)\nrelation q1 child q2', "relation is written", 2, 13),
         ('q1 = (?a, "p, ?b)', "unterminated or malformed string", 1, 11),
-        ('q1 = (?a, p, ?b)', "a term is a ?variable", 1, 11),
+        ("q1 = (?a, p, ?b)", "a term is a ?variable", 1, 11),
         ("select ?a", "unknown statement", 1, 8),
         ('q1 = (?a, "p", ?b) answer ?a', "one statement a line", 1, 20),
-        ('question What?', "the question is written", 1, 10),
+        ("question What?", "the question is written", 1, 10),
     ],
 )
 def test_syntax_errors_name_position_and_say_what_was_expected(text, label, line, column):

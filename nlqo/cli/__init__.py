@@ -36,7 +36,10 @@ VERBOSE_HELP = "also show the model libraries' messages (llama.cpp, transformers
 
 def epilog() -> str:
     """The top-level help's tail: the exit codes and where the log file is."""
-    codes = "\n".join(textwrap.fill(text, 78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7) for code, text in EXIT_CODES.items())
+    codes = "\n".join(
+        textwrap.fill(text, 78, initial_indent=f"  {code:<5}", subsequent_indent=" " * 7)
+        for code, text in EXIT_CODES.items()
+    )
     log = textwrap.fill(
         f"log file: the messages of llama.cpp, transformers and sentence-transformers, and tracebacks, go to ${logs.ENV} "
         "(default: logs/nlqo.log in $NLQO_CACHE, else in ~/.cache/nlqo); --verbose also prints them.",
@@ -96,7 +99,11 @@ def main(argv: list[str] | None = None) -> int:
 def internal_error(exc: Exception, route: logs.Route, argv: list[str]) -> int:
     """Log ``exc`` with its traceback (stderr too when verbose), print one line naming it; :data:`EXIT_INTERNAL`."""
     logging.getLogger("nlqo.cli").error("internal error in: nlqo %s", shlex.join(argv), exc_info=exc)
-    where = f"the traceback is in {route.path}" if route.path else "no log file could be written; --verbose prints the traceback"
+    where = (
+        f"the traceback is in {route.path}"
+        if route.path
+        else "no log file could be written; --verbose prints the traceback"
+    )
     print(f"nlqo: internal error: {type(exc).__name__}: {exc} ({where}; please report it)", file=sys.stderr)
     return EXIT_INTERNAL
 

@@ -29,17 +29,40 @@ def register(subparsers) -> None:
         "--model smollm2-135m",
     )
     p.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
-    p.add_argument("--questions", required=True, metavar="FILE", help="questions with answers (.jsonl or .jsonl.gz: id, question, answers)")
+    p.add_argument(
+        "--questions",
+        required=True,
+        metavar="FILE",
+        help="questions with answers (.jsonl or .jsonl.gz: id, question, answers)",
+    )
     p.add_argument("--sample", type=int, default=50, metavar="N", help="the first N questions (default: %(default)s)")
-    p.add_argument("--operators", default=DEFAULT_OPERATORS, metavar="LIST", help="comma-separated operators (default: %(default)s)")
+    p.add_argument(
+        "--operators",
+        default=DEFAULT_OPERATORS,
+        metavar="LIST",
+        help="comma-separated operators (default: %(default)s)",
+    )
     p.add_argument("--model", metavar="NAME", help="LLM, as for 'nlqo ask' (default: the project default)")
-    p.add_argument("--runtime", default="auto", choices=("auto", "llama-cpp", "transformers"), help="as for 'nlqo ask' (default: %(default)s)")
+    p.add_argument(
+        "--runtime",
+        default="auto",
+        choices=("auto", "llama-cpp", "transformers"),
+        help="as for 'nlqo ask' (default: %(default)s)",
+    )
     p.add_argument("--threads", type=int, metavar="N", help="threads for the LLM and the embedder")
     p.add_argument("-k", type=int, default=3, help="passages per retrieval (default: %(default)s)")
-    p.add_argument("--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)")
-    p.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers, as 'nlqo bench --cluster'")
+    p.add_argument(
+        "--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)"
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="local:N|tcp://HOST:PORT",
+        help="run the questions on Dask workers, as 'nlqo bench --cluster'",
+    )
     p.add_argument("--out", type=Path, metavar="FILE", help="statistics file to write (default: DIR/statistics.json)")
-    p.add_argument("--records", type=Path, metavar="FOLDER", help=f"where the per-question records go (default: DIR/{RECORDS})")
+    p.add_argument(
+        "--records", type=Path, metavar="FOLDER", help=f"where the per-question records go (default: DIR/{RECORDS})"
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -55,7 +78,9 @@ def run(args: argparse.Namespace) -> int:
     if args.sample < 1:
         raise ConfigError("--sample must be at least 1")
     if not (args.index / "manifest.json").is_file():
-        raise ConfigError(f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'")
+        raise ConfigError(
+            f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'"
+        )
     model = args.model or DEFAULT_MODEL
     folder = args.records or args.index / RECORDS
     bench = [
@@ -73,7 +98,10 @@ def run(args: argparse.Namespace) -> int:
 
     path = save(stats, args.out or args.index / FILENAME)
     print(table(stats))
-    print(f"nlqo: wrote {path} ({stats.sample.get('questions', '?')} questions); 'nlqo ask' and 'nlqo explain' now choose by it", file=sys.stderr)
+    print(
+        f"nlqo: wrote {path} ({stats.sample.get('questions', '?')} questions); 'nlqo ask' and 'nlqo explain' now choose by it",
+        file=sys.stderr,
+    )
     return 0
 
 
@@ -94,19 +122,29 @@ def statistics_of(folder: Path, index_dir: Path):
         "retrieval": info["retrieval"], "index_digest": index_digest(index.manifest),
     }  # fmt: skip
     qids = list(dict.fromkeys(r["qid"] for r in records))
-    sample = {"questions_file": info.get("questions_file"), "questions_sha256": info.get("questions_sha256"), "questions": len(qids), "ids": qids}
+    sample = {
+        "questions_file": info.get("questions_file"),
+        "questions_sha256": info.get("questions_sha256"),
+        "questions": len(qids),
+        "ids": qids,
+    }
 
     def text(passage_id: str) -> str:
         passage = index.get(passage_id)
         return "" if passage is None else f"{passage.title} {passage.text}"
 
-    return collect(records, measured_on=measured_on, sample=sample, texts=text, source=f"nlqo analyze on {len(qids)} questions")
+    return collect(
+        records, measured_on=measured_on, sample=sample, texts=text, source=f"nlqo analyze on {len(qids)} questions"
+    )
 
 
 def table(stats) -> str:
     from nlqo.statistics.store import ALL
 
-    lines = ["| operator | class | n | EM (95% interval) | F1 | supported | seconds | LLM calls |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| operator | class | n | EM (95% interval) | F1 | supported | seconds | LLM calls |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for op, classes in stats.operators.items():
         for name in [ALL, *sorted(c for c in classes if c != ALL)]:
             s = classes[name]

@@ -22,7 +22,9 @@ def register(subparsers) -> None:
     )
     p.add_argument("question", help="the question, in quotes")
     common.add_engine_options(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object: answer, supporting passages, stats and trace")
+    p.add_argument(
+        "--json", action="store_true", help="print one JSON object: answer, supporting passages, stats and trace"
+    )
     p.set_defaults(func=run)
 
 
@@ -33,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ir is None or args.strategy == "linear":
         result = engine.ask(args.question, strategy=args.strategy, trace=trace)
     else:
-        result = engine.execute(args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace)
+        result = engine.execute(
+            args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace
+        )
     if not args.json and result.plan is not None:
         for w in result.plan.warnings:
             print(f"nlqo: warning: {w}", file=sys.stderr)

@@ -17,7 +17,23 @@ if TYPE_CHECKING:
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 FALLBACK_MODEL = "qwen2.5-coder-1.5b"
-ABLATIONS = ("tau", "alpha", "relation_cache", "parallel", "kv_reuse", "ir_cleanup", "plan_hints", "guard_rewrites", "tree_queries", "plan_steps", "question_first", "hold_options", "simple_plans", "cost_model", "constrained")
+ABLATIONS = (
+    "tau",
+    "alpha",
+    "relation_cache",
+    "parallel",
+    "kv_reuse",
+    "ir_cleanup",
+    "plan_hints",
+    "guard_rewrites",
+    "tree_queries",
+    "plan_steps",
+    "question_first",
+    "hold_options",
+    "simple_plans",
+    "cost_model",
+    "constrained",
+)
 """Ablation flags, passed as options to the linear, tree and auto builders."""
 
 EPILOG = """\
@@ -59,48 +75,146 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     data = p.add_argument_group("data")
-    data.add_argument("--questions", metavar="FILE", help="question file (.jsonl or .jsonl.gz, see ../shared/data/README.md)")
+    data.add_argument(
+        "--questions", metavar="FILE", help="question file (.jsonl or .jsonl.gz, see ../shared/data/README.md)"
+    )
     source = data.add_mutually_exclusive_group()
     source.add_argument("--corpus", metavar="FILE", help="corpus to index into OUT/index (reused while it matches)")
     source.add_argument("--index", metavar="DIR", help="an index built by 'nlqo index'")
     data.add_argument("--limit", type=int, metavar="N", help="first N questions (default: all)")
-    data.add_argument("--skip", type=int, default=0, metavar="N", help="leave out the first N of them, e.g. the sample 'nlqo analyze' measured (default: 0)")
+    data.add_argument(
+        "--skip",
+        type=int,
+        default=0,
+        metavar="N",
+        help="leave out the first N of them, e.g. the sample 'nlqo analyze' measured (default: 0)",
+    )
     data.add_argument("--out", metavar="DIR", help="result folder; running again into it resumes")
     runs = p.add_argument_group("run")
-    runs.add_argument("--strategies", default=DEFAULT_STRATEGIES, metavar="LIST", help="comma-separated strategies, options in brackets (default: %(default)s)")
-    runs.add_argument("--model", metavar="NAME", help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})")
+    runs.add_argument(
+        "--strategies",
+        default=DEFAULT_STRATEGIES,
+        metavar="LIST",
+        help="comma-separated strategies, options in brackets (default: %(default)s)",
+    )
+    runs.add_argument(
+        "--model",
+        metavar="NAME",
+        help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})",
+    )
     add_runtime_options(runs)
-    runs.add_argument("--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)")
-    runs.add_argument("--retrieval", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode for every strategy (default: %(default)s)")
-    runs.add_argument("--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)")
-    runs.add_argument("--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)")
-    runs.add_argument("--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)")
-    runs.add_argument("--jobs", type=int, default=1, metavar="N", help="questions run at once in threads (default: 1, for timing)")
-    runs.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="run the questions on Dask workers: N local worker processes, or a running scheduler; each worker loads the model and index once, this process writes the records (docs/scale-out.md)")
-    runs.add_argument("--policy", choices=("quality", "balanced", "fast", "structural"), help="auto: how it trades estimated quality for time (default: balanced; docs/statistics.md)")
-    runs.add_argument("--time-budget", type=float, metavar="SECONDS", help="auto: leave out operators estimated to take longer")
-    runs.add_argument("--statistics", type=Path, metavar="FILE", help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside --index, else the bundled defaults)")
+    runs.add_argument(
+        "--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)"
+    )
+    runs.add_argument(
+        "--retrieval",
+        choices=("dense", "bm25", "hybrid"),
+        default="hybrid",
+        help="retrieval mode for every strategy (default: %(default)s)",
+    )
+    runs.add_argument(
+        "--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)"
+    )
+    runs.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)"
+    )
+    runs.add_argument(
+        "--llm-cache", metavar="DIR", help="on-disk LLM response cache (off by default: timing runs should not use it)"
+    )
+    runs.add_argument(
+        "--jobs", type=int, default=1, metavar="N", help="questions run at once in threads (default: 1, for timing)"
+    )
+    runs.add_argument(
+        "--cluster",
+        metavar="local:N|tcp://HOST:PORT",
+        help="run the questions on Dask workers: N local worker processes, or a running scheduler; each worker loads the model and index once, this process writes the records (docs/scale-out.md)",
+    )
+    runs.add_argument(
+        "--policy",
+        choices=("quality", "balanced", "fast", "structural"),
+        help="auto: how it trades estimated quality for time (default: balanced; docs/statistics.md)",
+    )
+    runs.add_argument(
+        "--time-budget", type=float, metavar="SECONDS", help="auto: leave out operators estimated to take longer"
+    )
+    runs.add_argument(
+        "--statistics",
+        type=Path,
+        metavar="FILE",
+        help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside --index, else the bundled defaults)",
+    )
     runs.add_argument("--judge", metavar="NAME", help="also grade answers with this LLM (same names as --model)")
     runs.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     ablation = p.add_argument_group("ablations (linear, tree, auto)")
     ablation.add_argument("--tau", metavar="LIST", help="terminator thresholds, e.g. 0.8,0.85,0.9")
     ablation.add_argument("--alpha", metavar="LIST", help="similarity scales of the cost model, e.g. 1,5,10,20")
-    ablation.add_argument("--relation-cache", metavar="on|off", help="keep LLM answers about atom pairs across questions (on, off or on,off)")
-    ablation.add_argument("--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)")
-    ablation.add_argument("--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)")
-    ablation.add_argument("--ir-cleanup", metavar="on|off", help="unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)")
-    ablation.add_argument("--guard-rewrites", metavar="on|off", help="tree: use a node's atom when its rewrite only repeats the main question (default on)")
-    ablation.add_argument("--tree-queries", metavar="LIST", help="tree: node questions by LLM rewrite or by substituting children's answers (rewrite, substitute or rewrite,substitute)")
-    ablation.add_argument("--plan-steps", metavar="on|off", help="a plan lowered to the linear template: its atoms are the hops' questions (default off)")
-    ablation.add_argument("--simple-plans", metavar="LIST", help="auto: single-atom plans and unparsed questions by the linear template or one retrieval (linear, retrieve or linear,retrieve)")
-    ablation.add_argument("--question-first", metavar="on|off", help="linear template: the first hop retrieves with the question itself (default off)")
-    ablation.add_argument("--hold-options", metavar="on|off", help="a choice question's answer that names no option, or both, is asked again among the options (default on)")
-    ablation.add_argument("--plan-hints", metavar="on|off", help="show a plan lowered to the linear template its atoms as hints (default on)")
-    ablation.add_argument("--constrained", metavar="on|off", help="parse (and classify relations) under the IR's generation grammar (default on; docs/ir.md)")
+    ablation.add_argument(
+        "--relation-cache",
+        metavar="on|off",
+        help="keep LLM answers about atom pairs across questions (on, off or on,off)",
+    )
+    ablation.add_argument(
+        "--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)"
+    )
+    ablation.add_argument(
+        "--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)"
+    )
+    ablation.add_argument(
+        "--ir-cleanup",
+        metavar="on|off",
+        help="unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)",
+    )
+    ablation.add_argument(
+        "--guard-rewrites",
+        metavar="on|off",
+        help="tree: use a node's atom when its rewrite only repeats the main question (default on)",
+    )
+    ablation.add_argument(
+        "--tree-queries",
+        metavar="LIST",
+        help="tree: node questions by LLM rewrite or by substituting children's answers (rewrite, substitute or rewrite,substitute)",
+    )
+    ablation.add_argument(
+        "--plan-steps",
+        metavar="on|off",
+        help="a plan lowered to the linear template: its atoms are the hops' questions (default off)",
+    )
+    ablation.add_argument(
+        "--simple-plans",
+        metavar="LIST",
+        help="auto: single-atom plans and unparsed questions by the linear template or one retrieval (linear, retrieve or linear,retrieve)",
+    )
+    ablation.add_argument(
+        "--question-first",
+        metavar="on|off",
+        help="linear template: the first hop retrieves with the question itself (default off)",
+    )
+    ablation.add_argument(
+        "--hold-options",
+        metavar="on|off",
+        help="a choice question's answer that names no option, or both, is asked again among the options (default on)",
+    )
+    ablation.add_argument(
+        "--plan-hints",
+        metavar="on|off",
+        help="show a plan lowered to the linear template its atoms as hints (default on)",
+    )
+    ablation.add_argument(
+        "--constrained",
+        metavar="on|off",
+        help="parse (and classify relations) under the IR's generation grammar (default on; docs/ir.md)",
+    )
     add_planning_options(p, variants=True)
     report = p.add_argument_group("report")
-    report.add_argument("--report", nargs="*", metavar="DIR", help="write the benchmark report from these result folders (none: only the baselines section) and exit")
-    report.add_argument("--report-file", default="docs/benchmarks.md", metavar="FILE", help="report to write (default: %(default)s)")
+    report.add_argument(
+        "--report",
+        nargs="*",
+        metavar="DIR",
+        help="write the benchmark report from these result folders (none: only the baselines section) and exit",
+    )
+    report.add_argument(
+        "--report-file", default="docs/benchmarks.md", metavar="FILE", help="report to write (default: %(default)s)"
+    )
     p.set_defaults(func=run)
 
 
@@ -149,7 +263,20 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
         cmd += ["--limit", str(args.limit)]
     if getattr(args, "skip", 0):
         cmd += ["--skip", str(args.skip)]
-    cmd += ["--out", args.out, "--strategies", args.strategies, "--model", model, "--retrieval", args.retrieval, "--k", str(args.k), "--seed", str(args.seed)]
+    cmd += [
+        "--out",
+        args.out,
+        "--strategies",
+        args.strategies,
+        "--model",
+        model,
+        "--retrieval",
+        args.retrieval,
+        "--k",
+        str(args.k),
+        "--seed",
+        str(args.seed),
+    ]
     for flag in ("embedder", "judge", "llm_cache", *ABLATIONS):
         if getattr(args, flag):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
@@ -202,7 +329,9 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
         if getattr(args, "cluster", None):
             summary = _bench_on_cluster(args, specs, questions, bench_config(args, model))
         else:
-            index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet)
+            index, source = open_index(
+                out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet
+            )
             summary = _bench_here(args, specs, questions, bench_config(args, model), index, source)
     print(markdown_table(summary), end="")
     print(f"n={summary['n']} questions ({summary['pending']} pending); results in {out}", file=sys.stderr)
@@ -225,7 +354,9 @@ def _meta(args: argparse.Namespace, model: str, index, source: dict[str, Any], r
     }
 
 
-def _bench_here(args: argparse.Namespace, specs: list[str], questions, config, index, source: dict[str, Any]) -> dict[str, Any]:
+def _bench_here(
+    args: argparse.Namespace, specs: list[str], questions, config, index, source: dict[str, Any]
+) -> dict[str, Any]:
     """The run in this process (``--jobs`` threads)."""
     import attrs
 
@@ -239,9 +370,20 @@ def _bench_here(args: argparse.Namespace, specs: list[str], questions, config, i
     backend = load_model(config)
     llm = with_cache(backend, args.llm_cache)
     strategies = build_strategies(specs, llm, index, retrieval=args.retrieval, k=args.k, config=config)
-    judge = LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
+    judge = (
+        LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
+    )
     meta = _meta(args, config.model, index, source, runtime_of(backend), getattr(backend, "threads", args.threads))
-    bench = Bench(questions, strategies, Path(args.out), meta=meta, seed=args.seed, jobs=args.jobs, judge=judge, progress=not args.quiet)
+    bench = Bench(
+        questions,
+        strategies,
+        Path(args.out),
+        meta=meta,
+        seed=args.seed,
+        jobs=args.jobs,
+        judge=judge,
+        progress=not args.quiet,
+    )
     return bench.run()
 
 
@@ -253,10 +395,19 @@ def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, con
     from nlqo.eval.workspace import index_digest, open_index
 
     if args.jobs != 1:
-        raise ConfigError("--jobs runs questions in threads of this process; with --cluster every worker runs one question at a time (start more workers instead)")
+        raise ConfigError(
+            "--jobs runs questions in threads of this process; with --cluster every worker runs one question at a time (start more workers instead)"
+        )
     out = Path(args.out)
     with connect(ClusterSpec.parse(args.cluster)) as connection:
-        index, source = open_index(out, corpus=args.corpus, index=args.index, embedder=args.embedder, progress=not args.quiet, cluster=connection)
+        index, source = open_index(
+            out,
+            corpus=args.corpus,
+            index=args.index,
+            embedder=args.embedder,
+            progress=not args.quiet,
+            cluster=connection,
+        )
         recipe = Recipe(
             config=config, index=source["index"], index_digest=index_digest(index), strategies=tuple(specs),
             embedder=args.embedder, retrieval=args.retrieval, k=args.k,
@@ -264,7 +415,10 @@ def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, con
         )  # fmt: skip
         run = ClusterRun.start(connection, recipe)
         described = run.meta()
-        meta = {**_meta(args, config.model, index, source, described.pop("runtime"), described.pop("threads")), **described}
+        meta = {
+            **_meta(args, config.model, index, source, described.pop("runtime"), described.pop("threads")),
+            **described,
+        }
         # the strategies live on the workers: this process needs only their names
         names = cast("dict[str, Strategy]", dict.fromkeys(specs))
         bench = Bench(questions, names, out, meta=meta, seed=args.seed, progress=not args.quiet, executor=run)

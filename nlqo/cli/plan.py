@@ -20,12 +20,33 @@ def register(subparsers) -> None:
         epilog="Example: nlqo plan examples/counterparts.nlqo --format text --verbose",
     )
     p.add_argument("file", type=Path, help="an IR file (.nlqo); '-' reads standard input")
-    p.add_argument("--format", choices=formats.OutputFormat.values(), default="text", help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)")
+    p.add_argument(
+        "--format",
+        choices=formats.OutputFormat.values(),
+        default="text",
+        help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)",
+    )
     p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
-    p.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS, help="add the search summary and every pair relation (and, as 'nlqo --verbose' does, show the model libraries' messages)")
-    p.add_argument("--model", metavar="NAME", help="ask this LLM about atom pairs the triples leave undecided (default: treat them as siblings)")
-    p.add_argument("--context-merge", action="store_true", help="with --model: confirm LLM-decided edges with the partial plan in the prompt")
-    p.add_argument("--embedder", metavar="NAME|PATH", help="embedder for the similarity metric (default: all-minilm-l6-v2)")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="add the search summary and every pair relation (and, as 'nlqo --verbose' does, show the model libraries' messages)",
+    )
+    p.add_argument(
+        "--model",
+        metavar="NAME",
+        help="ask this LLM about atom pairs the triples leave undecided (default: treat them as siblings)",
+    )
+    p.add_argument(
+        "--context-merge",
+        action="store_true",
+        help="with --model: confirm LLM-decided edges with the partial plan in the prompt",
+    )
+    p.add_argument(
+        "--embedder", metavar="NAME|PATH", help="embedder for the similarity metric (default: all-minilm-l6-v2)"
+    )
     common.add_runtime_options(p)
     common.add_planning_options(p)
     p.set_defaults(func=run)

@@ -33,9 +33,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("-k", type=int, default=3, metavar="K", help="number of passages (default: 3)")
     p.add_argument("--mode", choices=tuple(MODES), default="hybrid", help="retrieval mode (default: hybrid)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
-    p.add_argument("--embedder", metavar="NAME", help="embedder to load (default: the one in the index's manifest; another is an error)")
-    p.add_argument("--chars", type=int, default=300, metavar="N", help="text characters shown per passage in text format, 0 for all (default: 300)")
-    p.add_argument("--no-verify", action="store_true", help="skip the SHA-256 check of the index files (sizes are still checked)")
+    p.add_argument(
+        "--embedder",
+        metavar="NAME",
+        help="embedder to load (default: the one in the index's manifest; another is an error)",
+    )
+    p.add_argument(
+        "--chars",
+        type=int,
+        default=300,
+        metavar="N",
+        help="text characters shown per passage in text format, 0 for all (default: 300)",
+    )
+    p.add_argument(
+        "--no-verify", action="store_true", help="skip the SHA-256 check of the index files (sizes are still checked)"
+    )
     p.set_defaults(func=run)
 
 

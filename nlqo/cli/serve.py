@@ -32,14 +32,50 @@ def register(subparsers) -> None:
     )
     common.add_engine_options(p, ir=False)
     group = p.add_argument_group("service")
-    group.add_argument("--host", default="127.0.0.1", help="address to listen on; any but loopback needs --token (default: %(default)s)")
-    group.add_argument("--port", type=int, default=8080, help="port; 0 picks a free one and prints it (default: %(default)s)")
-    group.add_argument("--token", default=None, help=f"require 'Authorization: Bearer TOKEN' on every endpoint but the console page and /v1/health (default: ${TOKEN_ENV}; none on loopback)")
-    group.add_argument("--capacity", type=int, default=None, metavar="N", help="requests run at once (default: the backend's slots: llama.cpp's sequences or the server's)")
-    group.add_argument("--queue", type=int, default=16, metavar="N", help="requests that may wait for a slot; more are answered 429 (default: %(default)s)")
-    group.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="a request's longest run; a request may ask for less (default: %(default)s)")
-    group.add_argument("--grace", type=float, default=30.0, metavar="SECONDS", help="on shutdown, running requests get this long to finish; then they are answered 503 (default: %(default)s)")
-    group.add_argument("--max-body", type=int, default=65536, metavar="BYTES", help="largest request body (default: %(default)s)")
+    group.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on; any but loopback needs --token (default: %(default)s)",
+    )
+    group.add_argument(
+        "--port", type=int, default=8080, help="port; 0 picks a free one and prints it (default: %(default)s)"
+    )
+    group.add_argument(
+        "--token",
+        default=None,
+        help=f"require 'Authorization: Bearer TOKEN' on every endpoint but the console page and /v1/health (default: ${TOKEN_ENV}; none on loopback)",
+    )
+    group.add_argument(
+        "--capacity",
+        type=int,
+        default=None,
+        metavar="N",
+        help="requests run at once (default: the backend's slots: llama.cpp's sequences or the server's)",
+    )
+    group.add_argument(
+        "--queue",
+        type=int,
+        default=16,
+        metavar="N",
+        help="requests that may wait for a slot; more are answered 429 (default: %(default)s)",
+    )
+    group.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="a request's longest run; a request may ask for less (default: %(default)s)",
+    )
+    group.add_argument(
+        "--grace",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="on shutdown, running requests get this long to finish; then they are answered 503 (default: %(default)s)",
+    )
+    group.add_argument(
+        "--max-body", type=int, default=65536, metavar="BYTES", help="largest request body (default: %(default)s)"
+    )
     p.set_defaults(func=run)
 
 
@@ -60,7 +96,9 @@ def loopback(host: str) -> bool:
 def run(args: argparse.Namespace) -> int:
     token = args.token or os.environ.get(TOKEN_ENV) or None
     if not loopback(args.host) and token is None:
-        raise ConfigError(f"--host {args.host} is reachable from other machines: give --token TOKEN (or ${TOKEN_ENV}) so that only your clients are served")
+        raise ConfigError(
+            f"--host {args.host} is reachable from other machines: give --token TOKEN (or ${TOKEN_ENV}) so that only your clients are served"
+        )
     for name, value in (("--queue", args.queue), ("--max-body", args.max_body)):
         if value < 0 or (name == "--max-body" and value == 0):
             raise ConfigError(f"{name} must be positive, not {value}")
@@ -82,10 +120,22 @@ def run(args: argparse.Namespace) -> int:
     capacity = args.capacity or max(1, capabilities(engine.llm).concurrency)
     service = Service(engine, capacity=capacity, queue_limit=args.queue, timeout=args.timeout)
     redact = secret_paths(args)
-    app = create_app(service, token=token, max_body=args.max_body, strategy=args.strategy, strategies=STRATEGIES, model=str(args.model), redact=redact)
+    app = create_app(
+        service,
+        token=token,
+        max_body=args.max_body,
+        strategy=args.strategy,
+        strategies=STRATEGIES,
+        model=str(args.model),
+        redact=redact,
+    )
     host, port = listener.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    print(f"nlqo: serving on http://{shown}:{port} ({capacity} at once, {args.queue} waiting; console at /, API schema at /docs; Ctrl-C stops)", file=sys.stderr, flush=True)
+    print(
+        f"nlqo: serving on http://{shown}:{port} ({capacity} at once, {args.queue} waiting; console at /, API schema at /docs; Ctrl-C stops)",
+        file=sys.stderr,
+        flush=True,
+    )
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig, frame) -> None:  # new requests get 503 from the first signal on
@@ -103,7 +153,9 @@ def run(args: argparse.Namespace) -> int:
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
 
-    config = uvicorn.Config(app, log_config=None, log_level="info", timeout_graceful_shutdown=int(args.grace) + 2, access_log=True)
+    config = uvicorn.Config(
+        app, log_config=None, log_level="info", timeout_graceful_shutdown=int(args.grace) + 2, access_log=True
+    )
     Server(config).run(sockets=[listener])
     finished = service.close(0)
     print("nlqo: stopped" + ("" if finished else " (some requests had not finished)"), file=sys.stderr)

@@ -4,4 +4,13 @@ from nlqo.cost.metrics import CostContext, Structure, builtin_metrics, registry,
 from nlqo.cost.model import CostModel, load_cost_model
 from nlqo.cost.shape import Shape
 
-__all__ = ["CostContext", "CostModel", "Shape", "Structure", "builtin_metrics", "load_cost_model", "registry", "structural"]
+__all__ = [
+    "CostContext",
+    "CostModel",
+    "Shape",
+    "Structure",
+    "builtin_metrics",
+    "load_cost_model",
+    "registry",
+    "structural",
+]

@@ -47,7 +47,9 @@ class _ToExpr(lark.Transformer):
     def call(self, items):
         fn = items[0]
         if str(fn) not in _FUNCTIONS:
-            raise CostModelError(f"line {fn.line}, column {fn.column}: unknown function {str(fn)!r} (known: {', '.join(_FUNCTIONS)})")
+            raise CostModelError(
+                f"line {fn.line}, column {fn.column}: unknown function {str(fn)!r} (known: {', '.join(_FUNCTIONS)})"
+            )
         return ("call", str(fn), tuple(items[1:]))
 
     def add(self, items):
@@ -185,18 +187,34 @@ class CostModel:
     source: str = "<string>"
 
     @classmethod
-    def parse(cls, text: str, *, name: str = "inline", source: str = "<string>", metrics: Mapping[str, Metric] | None = None, params: Mapping[str, float] | None = None) -> "CostModel":
+    def parse(
+        cls,
+        text: str,
+        *,
+        name: str = "inline",
+        source: str = "<string>",
+        metrics: Mapping[str, Metric] | None = None,
+        params: Mapping[str, float] | None = None,
+    ) -> "CostModel":
         """Parse cost-model text; unknown names and syntax errors name the line and column."""
         try:
             tree = _parser().parse(text)
         except lark.UnexpectedInput as exc:
             line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
             shown = text.splitlines()[line - 1] if isinstance(line, int) and 0 < line <= len(text.splitlines()) else ""
-            ended = isinstance(exc, lark.UnexpectedEOF) or (isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END")
+            ended = isinstance(exc, lark.UnexpectedEOF) or (
+                isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END"
+            )
             what = "the text ends in the middle of a statement" if ended else "unexpected text"
             if isinstance(exc, lark.UnexpectedToken) and not ended:
-                what = f"unexpected {str(exc.token)!r}" if str(exc.token).strip() else "the line ends in the middle of a statement"
-            raise CostModelError(f"{source}:{line}:{col}: cannot read the cost model here ({what}):\n  {shown}") from None
+                what = (
+                    f"unexpected {str(exc.token)!r}"
+                    if str(exc.token).strip()
+                    else "the line ends in the middle of a statement"
+                )
+            raise CostModelError(
+                f"{source}:{line}:{col}: cannot read the cost model here ({what}):\n  {shown}"
+            ) from None
         except lark.exceptions.VisitError as exc:  # pragma: no cover - raised by transformer
             raise exc.orig_exc from None
         try:
@@ -224,7 +242,9 @@ class CostModel:
                     f"{source}:{line}:{col}: unknown name {n!r}: not a param and not a metric "
                     f"(metrics: {', '.join(sorted(known))})"
                 )
-        return cls(name=name, expression=expression, params=found_params, metrics=known, description=description, source=source)
+        return cls(
+            name=name, expression=expression, params=found_params, metrics=known, description=description, source=source
+        )
 
     @property
     def names(self) -> frozenset[str]:
@@ -280,7 +300,13 @@ class CostModel:
         return Cost(total=self.evaluate_values(terms), terms=terms)
 
 
-def load_cost_model(name_or_path: str = "default", *, path: Sequence[str | Path] = (), metrics: Mapping[str, Metric] | None = None, params: Mapping[str, float] | None = None) -> CostModel:
+def load_cost_model(
+    name_or_path: str = "default",
+    *,
+    path: Sequence[str | Path] = (),
+    metrics: Mapping[str, Metric] | None = None,
+    params: Mapping[str, float] | None = None,
+) -> CostModel:
     """Load a cost model by name (searched on the resource path) or file path."""
     file = find("cost_models", name_or_path, ".cost", path)
     return CostModel.parse(file.read_text(), name=file.stem, source=str(file), metrics=metrics, params=params)

@@ -103,15 +103,25 @@ def load(recipe: Recipe, host: str) -> Loaded:
 
     index = Index.open(recipe.index, embedder=recipe.embedder)
     if index_digest(index) != recipe.index_digest:
-        raise IndexFileError(f"{host}: the index at {recipe.index} is not the one the client opened; workers need the same files (a shared filesystem)")
+        raise IndexFileError(
+            f"{host}: the index at {recipe.index} is not the one the client opened; workers need the same files (a shared filesystem)"
+        )
     threads = recipe.threads_on(host)
     config = attrs.evolve(recipe.config, threads=threads)
     backend = load_model(config)
     index.embedder  # noqa: B018 - load the embedder now, not in the first question's timing
     llm = with_cache(backend, recipe.llm_cache)
     strategies = build_strategies(recipe.strategies, llm, index, retrieval=recipe.retrieval, k=recipe.k, config=config)
-    judge = LLMJudge(with_cache(load_model(attrs.evolve(config, model=recipe.judge)), recipe.llm_cache)) if recipe.judge else None
-    about = {"runtime": runtime_of(backend), "threads": getattr(backend, "threads", threads), "judge": judge.name if judge else None}
+    judge = (
+        LLMJudge(with_cache(load_model(attrs.evolve(config, model=recipe.judge)), recipe.llm_cache))
+        if recipe.judge
+        else None
+    )
+    about = {
+        "runtime": runtime_of(backend),
+        "threads": getattr(backend, "threads", threads),
+        "judge": judge.name if judge else None,
+    }
     return Loaded(strategies, judge, about)
 
 
@@ -170,10 +180,15 @@ class ClusterRun:
     def start(cls, connection: Connection, recipe: Recipe) -> ClusterRun:
         """Hand every worker the recipe and build it there (all workers at once)."""
         client, workers = connection.client, connection.workers
-        recipe = attrs.evolve(recipe, config=portable(recipe.config), host_threads=tuple(sorted(host_threads(workers).items())))
+        recipe = attrs.evolve(
+            recipe, config=portable(recipe.config), host_threads=tuple(sorted(host_threads(workers).items()))
+        )
         plugin = BenchPlugin(recipe)
         client.register_plugin(plugin)
-        futures = [client.submit(warm, plugin.name, workers=[w.address], allow_other_workers=False, pure=False) for w in workers]
+        futures = [
+            client.submit(warm, plugin.name, workers=[w.address], allow_other_workers=False, pure=False)
+            for w in workers
+        ]
         about = dict(zip((w.address for w in workers), client.gather(futures)))
         if len({a["runtime"] for a in about.values()}) > 1:
             raise ConfigError(f"workers run the model on different runtimes: {about}")
@@ -214,7 +229,11 @@ class ClusterRun:
         futures = []
         for index, names in groups.items():
             question = bench.questions.questions[index]
-            futures.append(self.client.submit(answer, self.plugin, question, index, tuple(names), bench.yes_no(question), pure=False))
+            futures.append(
+                self.client.submit(
+                    answer, self.plugin, question, index, tuple(names), bench.yes_no(question), pure=False
+                )
+            )
         try:
             for future in as_completed(futures):
                 try:
@@ -222,7 +241,9 @@ class ClusterRun:
                 except NlqoError:
                     raise
                 except Exception as exc:  # KilledWorker, a lost scheduler, a bug on a worker
-                    raise ClusterError(f"{type(exc).__name__}: {exc}; the records written so far are kept: run the same command again to resume") from exc
+                    raise ClusterError(
+                        f"{type(exc).__name__}: {exc}; the records written so far are kept: run the same command again to resume"
+                    ) from exc
                 yield records
         finally:
             self.client.cancel(futures)

@@ -64,7 +64,9 @@ class QuestionSet:
         if not questions:
             raise CorpusError("no questions", path=str(path))
         kind = YES_NO if all(q.is_yes_no for q in questions) else OPEN
-        return cls(name=dataset_name(path), path=str(path.resolve()), questions=questions, kind=kind, sha256=sha256_file(path))
+        return cls(
+            name=dataset_name(path), path=str(path.resolve()), questions=questions, kind=kind, sha256=sha256_file(path)
+        )
 
     def __len__(self) -> int:
         return len(self.questions)
@@ -131,5 +133,3 @@ def _read(path: Path, limit: int | None) -> Iterator[Question]:
         raise CorpusError("no such question file", path=str(path)) from exc
     except (OSError, EOFError, UnicodeDecodeError) as exc:
         raise CorpusError(f"cannot read: {exc}", path=str(path)) from exc
-
-

@@ -43,5 +43,7 @@ class LLMJudge:
             return False
         messages = self.prompt.messages(question=question, gold=" | ".join(golds), prediction=prediction.strip())
         constraint = _VERDICT if self.constrained and can_constrain(self.llm) else None
-        reply = constrained_chat(self.llm, messages, constraint, stop=self.prompt.stop, max_tokens=self.prompt.max_tokens, prefix_cache=False)
+        reply = constrained_chat(
+            self.llm, messages, constraint, stop=self.prompt.stop, max_tokens=self.prompt.max_tokens, prefix_cache=False
+        )
         return yes_no(reply.text) == "yes"

@@ -15,7 +15,17 @@ from typing import Any, Mapping, Sequence
 from nlqo import explain_html
 
 FILENAME = "plans.html"
-_STATS = ("llm_calls", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "retrievals", "hops", "stop_reason", "planning_ms", "execution_ms")
+_STATS = (
+    "llm_calls",
+    "prompt_tokens",
+    "cached_prompt_tokens",
+    "generated_tokens",
+    "retrievals",
+    "hops",
+    "stop_reason",
+    "planning_ms",
+    "execution_ms",
+)
 
 
 def key(record: Mapping[str, Any]) -> str:
@@ -64,7 +74,9 @@ def write(folder: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[tupl
             explain_of(r),
             id=key(r),
             title=f"#{r['index'] + 1} {r['strategy']}: {r['question']}",
-            notes=[f"strategy {r['strategy']}; gold answer: {' / '.join(r.get('answers', []))}; EM {r.get('em')}; {r.get('seconds', 0.0):.1f} s"],
+            notes=[
+                f"strategy {r['strategy']}; gold answer: {' / '.join(r.get('answers', []))}; EM {r.get('em')}; {r.get('seconds', 0.0):.1f} s"
+            ],
         )
         for r in planned
     ]

@@ -60,7 +60,15 @@ def em_vs_seconds_sets(panels: Sequence[tuple[str, Sequence[tuple[str, float, fl
         for name, em, seconds, n, other_run in points:
             low, high = wilson_interval(em * n, n)
             colour = f"C{names.index(name) % 10}"
-            ax.errorbar(seconds, 100 * em, yerr=[[100 * (em - low)], [100 * (high - em)]], fmt="none", ecolor=colour, alpha=0.35, capsize=2)
+            ax.errorbar(
+                seconds,
+                100 * em,
+                yerr=[[100 * (em - low)], [100 * (high - em)]],
+                fmt="none",
+                ecolor=colour,
+                alpha=0.35,
+                capsize=2,
+            )
             ax.scatter(seconds, 100 * em, s=55, marker=MARKERS[names.index(name) % len(MARKERS)], alpha=0.9,
                        facecolors="none" if other_run else colour, edgecolors=colour, label=name + (" (fewer questions)" if other_run else ""))  # fmt: skip
         ax.set_xscale("log")
@@ -128,7 +136,12 @@ def hops_histogram(summary: dict[str, Any], path: Path) -> Path:
     width = 0.8 / max(1, len(names))
     for i, name in enumerate(names):
         counts = summary["results"][name]["hops_histogram"]
-        ax.bar([h + (i - (len(names) - 1) / 2) * width for h in hops], [counts.get(str(h), 0) for h in hops], width, label=name)
+        ax.bar(
+            [h + (i - (len(names) - 1) / 2) * width for h in hops],
+            [counts.get(str(h), 0) for h in hops],
+            width,
+            label=name,
+        )
     ax.set_xticks(hops)
     from matplotlib.ticker import MaxNLocator
 

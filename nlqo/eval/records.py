@@ -150,7 +150,11 @@ def read_records(path: Path, *, repair: bool = True, required: Sequence[str] = (
             with open(path, "r+b") as fh:
                 fh.truncate(end)
         torn = data.count(b"\n", 0, end) + 1
-        warnings.warn(f"{path}:{torn}: dropped a torn last record ({len(data) - end} bytes, left by a run killed while writing it); its run goes again", RepairWarning, stacklevel=2)
+        warnings.warn(
+            f"{path}:{torn}: dropped a torn last record ({len(data) - end} bytes, left by a run killed while writing it); its run goes again",
+            RepairWarning,
+            stacklevel=2,
+        )
     records = []
     for line_no, text in enumerate(data[:end].split(b"\n")[:-1], start=1):
         if text.strip():

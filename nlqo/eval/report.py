@@ -30,7 +30,13 @@ BLOCK = "bench-report"
 SETS_PLOT = "em_vs_seconds_sets.png"
 """The report's plot of every strategy on every set, beside ``docs``'s folder ``benchmarks/``."""
 MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
-PROMPTS = {"no-rag": (NO_RAG,), "standard-rag": (STANDARD_RAG,), "iter-retgen": (STANDARD_RAG,), "ircot": (IRCOT,), "self-ask": (SELF_ASK,)}
+PROMPTS = {
+    "no-rag": (NO_RAG,),
+    "standard-rag": (STANDARD_RAG,),
+    "iter-retgen": (STANDARD_RAG,),
+    "ircot": (IRCOT,),
+    "self-ask": (SELF_ASK,),
+}
 
 
 def load_run(folder: str | Path) -> dict[str, Any]:
@@ -63,7 +69,9 @@ def _quantization(meta: dict[str, Any]) -> str:
     runtime = f" on {meta['runtime']}" if meta.get("runtime") else ""
     if kind == "none":
         return runtime
-    return f"{runtime} with {kind} linear layers (--quantize {kind}; LOSSY: halved the default model EM, docs/models.md)"
+    return (
+        f"{runtime} with {kind} linear layers (--quantize {kind}; LOSSY: halved the default model EM, docs/models.md)"
+    )
 
 
 def _lossy(meta: dict[str, Any]) -> str:
@@ -120,7 +128,9 @@ def plan_groups_table(summary: dict[str, Any]) -> list[str]:
         for key, group in by_key.items():
             cells = [f"{100 * group['em'][n]:.1f}" for n in names]
             cells = [f"**{c}**" if n == planner else c for n, c in zip(names, cells)]
-            lines.append(f"| {planner} ran {_PLAN_LABELS.get(key, f'a {key} plan')} | {group['n']} | {' | '.join(cells)} |")
+            lines.append(
+                f"| {planner} ran {_PLAN_LABELS.get(key, f'a {key} plan')} | {group['n']} | {' | '.join(cells)} |"
+            )
     return [*lines, ""]
 
 
@@ -135,7 +145,11 @@ def _stray_yes_no(summary: dict[str, Any]) -> str:
     """
     counts = [(n, summary["results"][n].get("stray_yes_no") or 0) for n in summary["strategies"]]
     cells = [f"{n} {c}" for n, c in counts if c]
-    return f"Answered a bare yes or no to a question whose gold answer is neither (questions): {', '.join(cells)}." if cells else ""
+    return (
+        f"Answered a bare yes or no to a question whose gold answer is neither (questions): {', '.join(cells)}."
+        if cells
+        else ""
+    )
 
 
 def _demo_leaks(summary: dict[str, Any]) -> str:
@@ -194,15 +208,20 @@ def run_section(summary: dict[str, Any], docs: Path, companion: dict[str, Any] |
         "",
         f"- model `{meta.get('model', '?')}`{_quantization(meta)}, embedder `{meta.get('embedder', '?')}`, retrieval {meta.get('retrieval', '?')}, top-k {meta.get('k', '?')}",
         f"- machine: {_machine(meta)}{_threads(meta)}; nlqo {meta.get('nlqo_version', '?')}{_commits(meta)}",
-        f"- run started {meta.get('started', '?')}, " + (
-            f"finished {meta.get('finished', '?')}" if "summarized" not in meta else f"summarized while in progress {meta['summarized']}"
+        f"- run started {meta.get('started', '?')}, "
+        + (
+            f"finished {meta.get('finished', '?')}"
+            if "summarized" not in meta
+            else f"summarized while in progress {meta['summarized']}"
         ),
     ]
     if command:
         lines.append(f"- reproduce: `{shlex.join(command)}`")
     answers = Path(summary["folder"]) / ANSWERS
     if answers.is_file():
-        lines.append(f"- every question with each strategy's answer: [{ANSWERS}]({Path(os.path.relpath(answers.resolve(), docs.parent.resolve())).as_posix()})")
+        lines.append(
+            f"- every question with each strategy's answer: [{ANSWERS}]({Path(os.path.relpath(answers.resolve(), docs.parent.resolve())).as_posix()})"
+        )
     pages = Path(summary["folder"]) / plan_pages.FILENAME
     if pages.is_file():
         lines.append(
@@ -221,7 +240,11 @@ def run_section(summary: dict[str, Any], docs: Path, companion: dict[str, Any] |
             lines += [line, ""]
     kinds = kinds_table(summary)
     if kinds:
-        lines += ["EM by kind of question (HotpotQA and 2Wiki: the data set's type, yes/no answers apart; MuSiQue: hops):", "", kinds]
+        lines += [
+            "EM by kind of question (HotpotQA and 2Wiki: the data set's type, yes/no answers apart; MuSiQue: hops):",
+            "",
+            kinds,
+        ]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
     if against is not None:  # the targets compare auto with the others; an ablation run has none to check
         lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
@@ -324,7 +347,12 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
             first = f" (first {found[0]['n']})" if found[0] is not group[0] else ""
             cells.append(f"{100 * r['em']:.1f} · {r['seconds']:.1f} s{first}")
         lines.append(f"| {name} | {' | '.join(cells)} |")
-    return [*lines, "", "EM (%) · seconds per question; '(first n)': a strategy of the set's `-baselines` run, on the first n questions only; each run's section below has the rest.", ""]
+    return [
+        *lines,
+        "",
+        "EM (%) · seconds per question; '(first n)': a strategy of the set's `-baselines` run, on the first n questions only; each run's section below has the rest.",
+        "",
+    ]
 
 
 def targets_section(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]], docs: Path) -> list[str]:
@@ -337,8 +365,16 @@ def targets_section(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]]
         return []
     panels = []
     for s, c in paired:
-        points = [(n, r["em"], r["seconds"], s["n"], False) for n, r in s["results"].items() if r["em"] is not None and r["seconds"]]
-        points += [(n, r["em"], r["seconds"], c["n"], True) for n, r in c["results"].items() if n not in s["results"] and r["seconds"]]
+        points = [
+            (n, r["em"], r["seconds"], s["n"], False)
+            for n, r in s["results"].items()
+            if r["em"] is not None and r["seconds"]
+        ]
+        points += [
+            (n, r["em"], r["seconds"], c["n"], True)
+            for n, r in c["results"].items()
+            if n not in s["results"] and r["seconds"]
+        ]
         panels.append((f"{s['dataset']} (n={s['n']})", points))
     (docs.parent / "benchmarks").mkdir(parents=True, exist_ok=True)
     em_vs_seconds_sets(panels, docs.parent / "benchmarks" / SETS_PLOT)

@@ -38,7 +38,18 @@ ANSWERS = "answers.md"
 KEY = ("qid", "strategy")
 """The fields that name a record: one per question and strategy."""
 KEPT = "every record is kept"
-IDENTITY = ("questions_sha256", "skip", "model", "runtime", "quantize", "embedder", "retrieval", "k", "corpus_sha256", "index_digest")
+IDENTITY = (
+    "questions_sha256",
+    "skip",
+    "model",
+    "runtime",
+    "quantize",
+    "embedder",
+    "retrieval",
+    "k",
+    "corpus_sha256",
+    "index_digest",
+)
 """``run.json`` fields that must match for a run to resume in the same folder."""
 
 
@@ -77,8 +88,15 @@ def source_commit() -> str | None:
 
     root = Path(__file__).resolve().parents[2]
     try:
-        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "nlqo"], capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "nlqo"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if head.returncode != 0:
@@ -149,7 +167,11 @@ class Bench:
         wanted = {(q.id, n) for q in self.questions.questions for n in self.names}
         earlier = [r for r in read_records(path, required=KEY) if (r["qid"], r["strategy"]) in wanted]
         done = {(r["qid"], r["strategy"]) for r in earlier}
-        todo = [(i, n) for i, n in interleave(len(self.questions), self.names) if (self.questions.questions[i].id, n) not in done]
+        todo = [
+            (i, n)
+            for i, n in interleave(len(self.questions), self.names)
+            if (self.questions.questions[i].id, n) not in done
+        ]
         running = _RunningEM(self.names, earlier)
         with _bar(len(done), len(wanted), self.questions.name, self.progress) as bar:
             for records in self._execute(todo):
@@ -177,7 +199,9 @@ class Bench:
         with writing(self.out / plan_pages.FILENAME, KEPT):
             links = plan_pages.write(self.out, records)
         with writing(self.out / ANSWERS, KEPT):
-            (self.out / ANSWERS).write_text(f"# {summary['dataset']}: every answer\n\n{answers_table(rows, links)}", encoding="utf-8")
+            (self.out / ANSWERS).write_text(
+                f"# {summary['dataset']}: every answer\n\n{answers_table(rows, links)}", encoding="utf-8"
+            )
         with writing(self.out, KEPT):  # the plots
             write_plots(summary, rows, self.out)
         return summary
@@ -185,7 +209,15 @@ class Bench:
     def run_one(self, index: int, name: str) -> dict[str, Any]:
         """Run strategy ``name`` on question ``index``; its record (a failed run is a wrong answer with ``error``)."""
         question = self.questions.questions[index]
-        return run_record(self.strategies[name], question, index, name, yes_no=self.yes_no(question), judge=self.judge, clock=self.clock)
+        return run_record(
+            self.strategies[name],
+            question,
+            index,
+            name,
+            yes_no=self.yes_no(question),
+            judge=self.judge,
+            clock=self.clock,
+        )
 
     def yes_no(self, question: Question) -> bool:
         """Whether ``question`` is scored as a yes/no question."""
@@ -263,7 +295,9 @@ def refresh(folder: str | Path) -> None:
     given = command[command.index("--questions") + 1] if "--questions" in command[:-1] else None
     candidates = [p for p in (info.get("questions_file"), given) if p and Path(p).is_file()]
     if not candidates:
-        raise ConfigError(f"{folder}: cannot find its question file {info.get('questions_file')!r} to summarize its records")
+        raise ConfigError(
+            f"{folder}: cannot find its question file {info.get('questions_file')!r} to summarize its records"
+        )
     skip = info.get("skip") or 0
     limit = info.get("limit")
     questions = QuestionSet.load(candidates[0], limit=None if limit is None else limit + skip, skip=skip)
@@ -293,7 +327,10 @@ def render_results(summary: dict[str, Any]) -> str:
         *[f"![{name}]({name})" for name in ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")],
     ]
     if summary["pending"]:
-        lines.insert(2, f"{counted(summary['pending'], 'question')} not finished by every strategy {'is' if summary['pending'] == 1 else 'are'} left out.\n")
+        lines.insert(
+            2,
+            f"{counted(summary['pending'], 'question')} not finished by every strategy {'is' if summary['pending'] == 1 else 'are'} left out.\n",
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -24,7 +24,9 @@ MEANS = (
 """Record fields averaged per strategy."""
 
 
-def complete_rows(records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+def complete_rows(
+    records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str]
+) -> dict[str, list[dict[str, Any]]]:
     """Records per strategy over the questions every strategy has finished, in question order."""
     by_key = {(r["qid"], r["strategy"]): r for r in records}
     done = [q.id for q in questions.questions if all((q.id, n) in by_key for n in names)]
@@ -54,7 +56,10 @@ def by_kind(rows: Mapping[str, Sequence[dict[str, Any]]], questions: QuestionSet
         for r in records:
             groups.setdefault(kinds.get(r["qid"], "untyped"), {}).setdefault(name, []).append(float(r["em"]))
     ordered = sorted(groups.items(), key=lambda kv: (-len(next(iter(kv[1].values()))), kv[0]))
-    return {kind: {"n": len(next(iter(ems.values()))), "em": {n: statistics.fmean(v) for n, v in ems.items()}} for kind, ems in ordered}
+    return {
+        kind: {"n": len(next(iter(ems.values()))), "em": {n: statistics.fmean(v) for n, v in ems.items()}}
+        for kind, ems in ordered
+    }
 
 
 def _mean(values: Iterable[float | None]) -> float | None:
@@ -78,7 +83,9 @@ def strategy_summary(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     out["planning_s"] = _mean(r.get("planning_ms", 0.0) / 1000 for r in rows)
     out["execution_s"] = _mean(r.get("execution_ms", 0.0) / 1000 for r in rows)
     out["judge_acc"] = _mean(None if r.get("judge") is None else float(r["judge"]) for r in rows)
-    out["evidence_complete"] = _mean(None if r.get("evidence_complete") is None else float(r["evidence_complete"]) for r in rows)
+    out["evidence_complete"] = _mean(
+        None if r.get("evidence_complete") is None else float(r["evidence_complete"]) for r in rows
+    )
     out["evidence_share"] = _mean(r.get("evidence_share") for r in rows)
     hops = Counter(int(r.get("hops", 0)) for r in rows)
     out["hops_histogram"] = {str(h): hops[h] for h in sorted(hops)}
@@ -120,7 +127,10 @@ def plan_outcomes(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]
     ...                {"em": 0.0, "operator": None, "stop_reason": "parse_failed; terminator"}, {"em": 1.0, "operator": None}])
     {'tree': {'n': 2, 'em': 0.5}, 'parse_failed': {'n': 1, 'em': 0.0}}
     """
-    return {k: {"n": len(ix), "em": statistics.fmean(float(rows[i].get("em", 0.0)) for i in ix)} for k, ix in _plan_groups(rows).items()}
+    return {
+        k: {"n": len(ix), "em": statistics.fmean(float(rows[i].get("em", 0.0)) for i in ix)}
+        for k, ix in _plan_groups(rows).items()
+    }
 
 
 def paired_plan_groups(rows: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -140,14 +150,22 @@ def paired_plan_groups(rows: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str
         groups = _plan_groups(own)
         if groups:
             out[planner] = {
-                k: {"n": len(ix), "em": {name: statistics.fmean(float(rows[name][i].get("em", 0.0)) for i in ix) for name in rows}}
+                k: {
+                    "n": len(ix),
+                    "em": {name: statistics.fmean(float(rows[name][i].get("em", 0.0)) for i in ix) for name in rows},
+                }
                 for k, ix in groups.items()
             }
     return out
 
 
 def summarize(
-    records: Iterable[dict[str, Any]], questions: QuestionSet, names: Sequence[str], *, seed: int = 0, meta: dict[str, Any] | None = None
+    records: Iterable[dict[str, Any]],
+    questions: QuestionSet,
+    names: Sequence[str],
+    *,
+    seed: int = 0,
+    meta: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The summary of a run: per-strategy results and pairwise EM differences."""
     rows = complete_rows(records, questions, names)
@@ -262,9 +280,14 @@ def answers_table(rows: dict[str, list[dict[str, Any]]], links: Mapping[tuple[st
     for by_question in zip(*rows.values()):
         first = by_question[0]
         answers = [
-            ("✓ " if r["em"] == 1 else "") + _cell(r["answer"], 40) + (f" [plan]({links[r['qid'], r['strategy']]})" if (r["qid"], r["strategy"]) in links else "")
+            ("✓ " if r["em"] == 1 else "")
+            + _cell(r["answer"], 40)
+            + (f" [plan]({links[r['qid'], r['strategy']]})" if (r["qid"], r["strategy"]) in links else "")
             for r in by_question
         ]
-        lines.append(f"| {first['index'] + 1} | {_cell(first['question'], 160)} | {_cell(' / '.join(first['answers']), 40)} | " + " | ".join(answers) + " |")
+        lines.append(
+            f"| {first['index'] + 1} | {_cell(first['question'], 160)} | {_cell(' / '.join(first['answers']), 40)} | "
+            + " | ".join(answers)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
-

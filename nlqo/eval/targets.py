@@ -41,14 +41,22 @@ def companion_results(folder: str | Path) -> dict[str, Any] | None:
     if not done or len({r["qid"] for r in mine if r["strategy"] == "auto"}) < len(done):
         return None
     engine = [n for n in ENGINE_NAMES if len({r["qid"] for r in mine if r["strategy"] == n}) == len(done)]
-    rows = {n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"]) for n in sorted(names)}
+    rows = {
+        n: sorted((r for r in theirs if r["strategy"] == n and r["qid"] in done), key=lambda r: r["qid"])
+        for n in sorted(names)
+    }
     rows |= {n: sorted((r for r in mine if r["strategy"] == n), key=lambda r: r["qid"]) for n in engine}
-    results = {n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)} for n, rs in rows.items()}
+    results = {
+        n: {"em": sum(float(r["em"]) for r in rs) / len(rs), "seconds": sum(float(r["seconds"]) for r in rs) / len(rs)}
+        for n, rs in rows.items()
+    }
     for n, rs in rows.items():
         if any("demo_leak" in r for r in rs):  # records from before the check have no field
             results[n]["demo_leaks"] = sum(1 for r in rs if r.get("demo_leak"))
     differences = {
-        (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]]) for a in engine for b in sorted(names)
+        (a, b): bootstrap_diff([float(r["em"]) for r in rows[a]], [float(r["em"]) for r in rows[b]])
+        for a in engine
+        for b in sorted(names)
     }
     return {"n": len(done), "results": results, "differences": differences}
 
@@ -80,7 +88,13 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
     top = best_of(results, ENGINE_NAMES) or "auto"
     for name, label in (("auto", "auto"), (top, f"best engine strategy ({top})")):
         mine = standing(summary, companion, name)
-        rows.append((f"{label} EM >= every baseline's", mine["text"], _verdict(mine["matches"]) if mine["compared"] else "not measured"))
+        rows.append(
+            (
+                f"{label} EM >= every baseline's",
+                mine["text"],
+                _verdict(mine["matches"]) if mine["compared"] else "not measured",
+            )
+        )
     baselines = {n: results[n] for n in BASELINE_NAMES if n in results and results[n]["em"] is not None}
     other: dict[str, Any] = companion or {"results": {}}
     theirs = {n: r for n, r in other["results"].items() if n not in ENGINE_NAMES}
@@ -93,16 +107,32 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
                  _verdict(not dominating) if pool else "not measured"))  # fmt: skip
     if "iter-retgen" in results and results["iter-retgen"]["seconds"]:
         ratio = auto["seconds"] / results["iter-retgen"]["seconds"]
-        rows.append(("auto s/question <= iter-retgen's", f"{_ratio(ratio, 1.0)} ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)", _verdict(ratio <= 1.0)))
+        rows.append(
+            (
+                "auto s/question <= iter-retgen's",
+                f"{_ratio(ratio, 1.0)} ({auto['seconds']:.2f} s vs {results['iter-retgen']['seconds']:.2f} s)",
+                _verdict(ratio <= 1.0),
+            )
+        )
     else:
         rows.append(("auto s/question <= iter-retgen's", "no iter-retgen results", "not measured"))
     # ircot in the run itself ran beside auto on the same questions; the sibling's ircot ran hours apart
     ircot, mine, where = results.get("ircot"), auto, "in this run"
     if not (ircot and ircot["seconds"]):
-        ircot, mine, where = other["results"].get("ircot"), other["results"].get("auto"), f"on the first {other.get('n')}"
+        ircot, mine, where = (
+            other["results"].get("ircot"),
+            other["results"].get("auto"),
+            f"on the first {other.get('n')}",
+        )
     if ircot and ircot["seconds"] and mine:
         ratio = mine["seconds"] / ircot["seconds"]
-        rows.append(("auto s/question <= 0.5x ircot's", f"{_ratio(ratio, 0.5)} {where} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)", _verdict(ratio <= 0.5)))
+        rows.append(
+            (
+                "auto s/question <= 0.5x ircot's",
+                f"{_ratio(ratio, 0.5)} {where} ({mine['seconds']:.2f} s vs {ircot['seconds']:.2f} s)",
+                _verdict(ratio <= 0.5),
+            )
+        )
     else:
         rows.append(("auto s/question <= 0.5x ircot's", "no ircot results beside this run", "not measured"))
     linear = results.get("linear")
@@ -114,9 +144,17 @@ def targets(summary: dict[str, Any], companion: dict[str, Any] | None = None) ->
         rows.append(("linear retrievals/question > 1.5 (2Wiki, MuSiQue)", "no linear results", "not measured"))
     failed = {n: results[n].get("parse_failed") for n in ("tree", "auto") if n in results}
     measured = ", ".join(f"{n} {v}" for n, v in failed.items() if v is not None)
-    rows.append(("no parse failures (tree, auto)", measured or "no planned runs", _verdict(not any(failed.values())) if measured else "not measured"))
+    rows.append(
+        (
+            "no parse failures (tree, auto)",
+            measured or "no planned runs",
+            _verdict(not any(failed.values())) if measured else "not measured",
+        )
+    )
     leaks = {n: r.get("demo_leaks") for n, r in results.items() if r.get("demo_leaks") is not None}
-    leaks |= {f"{n} (first {other['n']})": r["demo_leaks"] for n, r in theirs.items() if r.get("demo_leaks") is not None}
+    leaks |= {
+        f"{n} (first {other['n']})": r["demo_leaks"] for n, r in theirs.items() if r.get("demo_leaks") is not None
+    }
     rows.append(("no demonstration answer without a passage that holds it", ", ".join(f"{n} {v}" for n, v in leaks.items() if v) or ("none" if leaks else "not counted"),
                  _verdict(not any(leaks.values())) if leaks else "not measured"))  # fmt: skip
     return rows
@@ -185,7 +223,9 @@ def standing(summary: dict[str, Any], companion: dict[str, Any] | None, name: st
     text = "; ".join(f"{_points(mean, low, high)} over {label}" for mean, low, high, label in comparisons)
     return {
         "em": results[name]["em"],
-        "text": f"{100 * results[name]['em']:.1f}: {text}" if comparisons else f"{100 * results[name]['em']:.1f}: no baseline",
+        "text": f"{100 * results[name]['em']:.1f}: {text}"
+        if comparisons
+        else f"{100 * results[name]['em']:.1f}: no baseline",
         "compared": bool(comparisons),
         "matches": bool(comparisons) and all(c[0] >= -1e-9 for c in comparisons),
         "beats": bool(comparisons) and all(c[0] > 1e-9 for c in comparisons),
@@ -238,7 +278,10 @@ def other_targets(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]]) 
     """
     columns = [{t: (m, v) for t, m, v in targets(s, c)} for s, c in runs]
     names = [t for t in dict.fromkeys(t for column in columns for t in column) if not t.startswith(EM_TARGETS)]
-    lines = ["| target | " + " | ".join(f"{s['dataset']} (n={s['n']})" for s, _ in runs) + " |", "|---|" + "---|" * len(runs)]
+    lines = [
+        "| target | " + " | ".join(f"{s['dataset']} (n={s['n']})" for s, _ in runs) + " |",
+        "|---|" + "---|" * len(runs),
+    ]
     for name in names:
         cells = [f"{column[name][1]}: {column[name][0]}" if name in column else "-" for column in columns]
         lines.append(f"| {name} | {' | '.join(cells)} |")

@@ -19,8 +19,6 @@ SOURCE = "index.source.json"
 """Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
 
 
-
-
 def index_digest(index: Index) -> str:
     """A digest of the index's files (from its manifest's checksums): equal digests, equal indexes."""
     from nlqo.statistics.store import index_digest as manifest_digest
@@ -29,7 +27,13 @@ def index_digest(index: Index) -> str:
 
 
 def open_index(
-    out: Path, *, corpus: str | None = None, index: str | None = None, embedder: str | None = None, progress: bool = True, cluster=None
+    out: Path,
+    *,
+    corpus: str | None = None,
+    index: str | None = None,
+    embedder: str | None = None,
+    progress: bool = True,
+    cluster=None,
 ) -> tuple[Index, dict[str, Any]]:
     """The index to search and what identifies it in ``run.json``.
 
@@ -40,7 +44,11 @@ def open_index(
     """
     if index is not None:
         opened = Index.open(index, embedder=embedder)
-        return opened, {"index": str(Path(index).absolute()), "index_digest": index_digest(opened), "corpus": opened.manifest.source}
+        return opened, {
+            "index": str(Path(index).absolute()),
+            "index_digest": index_digest(opened),
+            "corpus": opened.manifest.source,
+        }
     if corpus is None:
         raise ValueError("open_index needs a corpus or an index")
     from nlqo.builder import load_embedder
@@ -48,7 +56,11 @@ def open_index(
     from nlqo.index.build import build_index
 
     name = embedder or DEFAULT_EMBEDDER
-    wanted = {"corpus": str(Path(corpus).absolute()), "corpus_sha256": sha256_file(Path(corpus)), "embedder": canonical_name(name)}
+    wanted = {
+        "corpus": str(Path(corpus).absolute()),
+        "corpus_sha256": sha256_file(Path(corpus)),
+        "embedder": canonical_name(name),
+    }
     folder, sidecar = out / "index", out / SOURCE
     if _recorded(sidecar) == wanted:
         try:

@@ -124,16 +124,22 @@ def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> l
         )
     if result is not None and physical.choice is not None:
         estimated, actual = physical.choice.chosen.seconds, (result.planning_ms + result.execution_ms) / 1000
-        lines.append(f"  seconds: estimated {estimated:.1f}, actual {actual:.1f}, q-error {q_error(estimated, actual):.2f}")
+        lines.append(
+            f"  seconds: estimated {estimated:.1f}, actual {actual:.1f}, q-error {q_error(estimated, actual):.2f}"
+        )
     return lines
 
 
 def choice_lines(choice) -> list[str]:
     """Every candidate of a choice by statistics: estimated EM with its interval and sample count, seconds."""
-    lines = [f"  choice: policy {choice.policy}, question class {choice.question_class}; statistics: {choice.statistics}"]
+    lines = [
+        f"  choice: policy {choice.policy}, question class {choice.question_class}; statistics: {choice.statistics}"
+    ]
     for c in sorted(choice.candidates, key=lambda c: c.seconds):
         mark = "->" if c.operator == choice.operator else "  "
-        lines.append(f"  {mark} {c.operator:<9} est. EM {c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}] n={c.n} ({c.basis}), est. {c.seconds:.1f} s")
+        lines.append(
+            f"  {mark} {c.operator:<9} est. EM {c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}] n={c.n} ({c.basis}), est. {c.seconds:.1f} s"
+        )
     lines.append(f"  chosen: {choice.operator}: {choice.reason}")
     if choice.skipped:
         lines.append(f"  skipped: {choice.skipped}")
@@ -166,12 +172,20 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
             f"stop: {s['stop_reason']}"
         )
         lines.append(f"Planning time: {s['planning_ms']:.0f} ms")
-        lines.append(f"Answer: {result.answer}" if result.answer.strip() else "Answer: (none: no usable answer in the retrieved passages)")
-    lines.append("(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])")
+        lines.append(
+            f"Answer: {result.answer}"
+            if result.answer.strip()
+            else "Answer: (none: no usable answer in the retrieved passages)"
+        )
+    lines.append(
+        "(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])"
+    )
     return "\n".join(lines)
 
 
-def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, trace: bool = True) -> dict[str, Any]:
+def to_dict(
+    result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, trace: bool = True
+) -> dict[str, Any]:
     """The plan as JSON with its physical operator and, given ``result``, each node's actuals
     (``steps`` are positions in the trace) and an ``analyze`` section with the whole trace,
     prompts and passage texts included; ``trace=False`` leaves that section out (bench records
@@ -188,7 +202,15 @@ def to_dict(result: RunResult | None, physical: PhysicalPlan, *, model=None, cos
     data["physical"] = {
         "operator": physical.operator,
         "reason": physical.reason,
-        "estimates": {k: {"ms": e.ms, "llm_calls": e.llm_calls, "generated_tokens": e.generated_tokens, "computed_prompt_tokens": e.computed_prompt_tokens} for k, e in physical.estimates.items()},
+        "estimates": {
+            k: {
+                "ms": e.ms,
+                "llm_calls": e.llm_calls,
+                "generated_tokens": e.generated_tokens,
+                "computed_prompt_tokens": e.computed_prompt_tokens,
+            }
+            for k, e in physical.estimates.items()
+        },
         "waves": [list(w) for w in physical.waves],
         "hints": list(physical.hints),
         "parsed": physical.parsed,

@@ -130,10 +130,24 @@ class Engine:
             embedder=embedder,
             optimizer=optimizer,
             linear=LinearExecutor(
-                llm, retriever, embedder, k=config.k, tau=config.tau, max_hops=config.max_hops, kv_reuse=config.kv_reuse,
+                llm,
+                retriever,
+                embedder,
+                k=config.k,
+                tau=config.tau,
+                max_hops=config.max_hops,
+                kv_reuse=config.kv_reuse,
                 template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
             ),
-            tree=TreeExecutor(llm, retriever, k=config.k, workers=config.workers, parallel=config.parallel, guard_rewrites=config.guard_rewrites, queries=config.tree_queries),
+            tree=TreeExecutor(
+                llm,
+                retriever,
+                k=config.k,
+                workers=config.workers,
+                parallel=config.parallel,
+                guard_rewrites=config.guard_rewrites,
+                queries=config.tree_queries,
+            ),
             profile=profile,
             config=config,
             statistics=statistics,
@@ -187,13 +201,26 @@ class Engine:
                 spans=self.config.span_constants,
             )
         except ParseFailure as exc:
-            trace.record(Step(node="parse", kind="llm", text=str(exc), started_ms=at, note="no valid IR: the linear template runs instead"))
+            trace.record(
+                Step(
+                    node="parse",
+                    kind="llm",
+                    text=str(exc),
+                    started_ms=at,
+                    note="no valid IR: the linear template runs instead",
+                )
+            )
             return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
         trace.record(Step.llm("parse", parsed.usage, parsed.text, at, note=parsed.describe()))
         planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
         assert planned.plan is not None and planned.physical is not None  # plan_query always plans
         plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
-        return attrs.evolve(planned, plan=plan, physical=attrs.evolve(planned.physical, logical=plan), planning_ms=(time.perf_counter() - started) * 1000)
+        return attrs.evolve(
+            planned,
+            plan=plan,
+            physical=attrs.evolve(planned.physical, logical=plan),
+            planning_ms=(time.perf_counter() - started) * 1000,
+        )
 
     def choose(self, question: str) -> Choice:
         """The operator the policy picks for ``question`` from the statistics, with every candidate."""
@@ -206,7 +233,9 @@ class Engine:
             got = stats.get(operator, kind)
             if got is not None:
                 s, basis = got
-                candidates.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * self._time_scale(stats), basis))
+                candidates.append(
+                    Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * self._time_scale(stats), basis)
+                )
         choice = choose(candidates, self.config.policy, time_budget=self.config.time_budget)
         note = stats.describe()
         if stats.bundled:
@@ -223,11 +252,17 @@ class Engine:
     def unparsed(self, question: str, operator: str, *, choice: Choice | None = None, reason: str = "") -> Planned:
         """A physical plan for an operator that needs no plan: the question as one atom, not parsed."""
         started = time.perf_counter()
-        query = Query(atoms=(Atom("q1", Var("answer"), Const("answers"), Const(question)),), answer=(Var("answer"),), question=question)
+        query = Query(
+            atoms=(Atom("q1", Var("answer"), Const("answers"), Const(question)),),
+            answer=(Var("answer"),),
+            question=question,
+        )
         plan = self.optimizer.optimize(query)
         physical = lower(plan, self.profile, k=self.k, force=operator, simple=self.config.simple_plans)
         estimates = {str(o): op.estimate(plan, self.profile, self.k) for o, op in OPERATORS.items()}
-        why = reason or (f"chosen by the {choice.policy} policy: {choice.reason}" if choice else f"forced by --strategy {operator}")
+        why = reason or (
+            f"chosen by the {choice.policy} policy: {choice.reason}" if choice else f"forced by --strategy {operator}"
+        )
         physical = attrs.evolve(physical, estimates=estimates, parsed=False, choice=choice, reason=why, hints=())
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
@@ -240,7 +275,13 @@ class Engine:
         plan = self.optimizer.optimize(query)
         if plan.stats.llm_calls:
             trace.record(Step.llm("relations", plan.stats.llm_usage, f"{plan.stats.llm_calls} relation calls", at))
-        physical = lower(plan, self.profile, k=self.k, force=None if strategy in ("auto", PLANNED) else strategy, simple=self.config.simple_plans)
+        physical = lower(
+            plan,
+            self.profile,
+            k=self.k,
+            force=None if strategy in ("auto", PLANNED) else strategy,
+            simple=self.config.simple_plans,
+        )
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
     def view(self, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
@@ -251,7 +292,9 @@ class Engine:
 
         model = self.optimizer.cost_model
         logical = physical.logical
-        costs = explain.node_costs(logical, model, CostContext(logical.query, logical.relations, self.optimizer.embedder))
+        costs = explain.node_costs(
+            logical, model, CostContext(logical.query, logical.relations, self.optimizer.embedder)
+        )
         return PhysicalView(physical, result, model=model, costs=costs)
 
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
@@ -263,7 +306,9 @@ class Engine:
         if strategy not in STRATEGIES:
             raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
         trace = trace or Trace()
-        return self.execute(question, self.prepare(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace)
+        return self.execute(
+            question, self.prepare(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace
+        )
 
     def prepare(self, question: str, *, strategy: str, trace: Trace) -> Planned:
         """What :meth:`ask` runs for ``strategy``: a plan, or the question as one atom for an operator that needs none."""
@@ -271,7 +316,9 @@ class Engine:
             return self.unparsed(question, strategy)
         return self.plan(question, strategy=strategy, trace=trace)
 
-    def execute(self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
+    def execute(
+        self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None
+    ) -> RunResult:
         """Run a planned question on its physical operator (the template when there is no plan)."""
         self._check(question)
         strategy = strategy or self.config.strategy
@@ -294,9 +341,21 @@ class Engine:
         parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
-            result = RETRIEVE.run(self, question, None, trace, strategy) if simple else self.linear.run(question, trace=trace, strategy=strategy)
-            return attrs.evolve(result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}")
+            result = (
+                RETRIEVE.run(self, question, None, trace, strategy)
+                if simple
+                else self.linear.run(question, trace=trace, strategy=strategy)
+            )
+            return attrs.evolve(
+                result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}"
+            )
         physical = planned.physical
         result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
         plan = physical.logical if physical.parsed else None
-        return attrs.evolve(result, question=question, planning_ms=planned.planning_ms + result.planning_ms, plan=plan, physical=physical)
+        return attrs.evolve(
+            result,
+            question=question,
+            planning_ms=planned.planning_ms + result.planning_ms,
+            plan=plan,
+            physical=physical,
+        )

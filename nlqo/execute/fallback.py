@@ -52,7 +52,9 @@ def span_constraint(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> Co
     return trie_choice(spans(texts, max_words), name="passage-span")
 
 
-def ask_again(llm: LLM, question: str, refs: Sequence[PassageRef], constraint: Constraint, trace: Trace, node: str, note: str) -> str:
+def ask_again(
+    llm: LLM, question: str, refs: Sequence[PassageRef], constraint: Constraint, trace: Trace, node: str, note: str
+) -> str:
     """``question`` asked once more with the tree's answer prompt over ``refs``, the reply under
     ``constraint`` where the backend applies one; the call is recorded as ``node``."""
     prompt = execution.ANSWER
@@ -81,8 +83,20 @@ def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace 
     refs = best_passages(result, k)
     answer = ""
     if refs:
-        why = f"the strategy's answer {result.answer!r} is a prompt demonstration's, in none of its passages" if copied else "the strategy's answer was empty"
-        answer = ask_again(llm, result.question, refs, span_constraint([r.text for r in refs]), trace, FALLBACK_NODE, f"{why}: asked for a span of its passages")
+        why = (
+            f"the strategy's answer {result.answer!r} is a prompt demonstration's, in none of its passages"
+            if copied
+            else "the strategy's answer was empty"
+        )
+        answer = ask_again(
+            llm,
+            result.question,
+            refs,
+            span_constraint([r.text for r in refs]),
+            trace,
+            FALLBACK_NODE,
+            f"{why}: asked for a span of its passages",
+        )
         if demo_leak(answer, texts):  # a backend that cannot constrain the reply copied it again
             answer = ""
     reason = result.stop_reason + ("; fallback_answer" if answer else f"; {NO_ANSWER}")

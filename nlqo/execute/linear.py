@@ -70,7 +70,13 @@ class LinearExecutor:
         return self._prefix.fork()
 
     def run(
-        self, question: str, *, hints: Sequence[str] = (), steps: Sequence[str] = (), trace: Trace | None = None, strategy: str = "linear"
+        self,
+        question: str,
+        *,
+        hints: Sequence[str] = (),
+        steps: Sequence[str] = (),
+        trace: Trace | None = None,
+        strategy: str = "linear",
     ) -> RunResult:
         """Answer ``question``. ``hints`` are shown before each proposal; ``steps`` (a plan's atoms in
         execution order) are the first hops' questions themselves, appended instead of generated and
@@ -103,7 +109,15 @@ class LinearExecutor:
                 query = sub
             score = terminator.score(sub) if sub else 1.0
             if hop > self.min_hops and terminator.should_stop(score) or not sub:
-                trace.record(Step(node=node, kind=StepKind.STOP, text="terminator" if sub else "empty question", terminator_score=score, started_ms=trace.now_ms()))
+                trace.record(
+                    Step(
+                        node=node,
+                        kind=StepKind.STOP,
+                        text="terminator" if sub else "empty question",
+                        terminator_score=score,
+                        started_ms=trace.now_ms(),
+                    )
+                )
                 stop_reason = "terminator" if sub else "empty_question"
                 break
             hops = hop
@@ -122,7 +136,15 @@ class LinearExecutor:
             execution_ms=(time.perf_counter() - started) * 1000,
         )
 
-    def _read(self, session: Session, node: str, query: str, score: float | None, trace: Trace, supporting: dict[str, PassageRef]) -> str:
+    def _read(
+        self,
+        session: Session,
+        node: str,
+        query: str,
+        score: float | None,
+        trace: Trace,
+        supporting: dict[str, PassageRef],
+    ) -> str:
         """Retrieve for ``query``, append the contexts and generate the fact they give."""
         at = trace.now_ms()
         t0 = time.perf_counter()
@@ -132,7 +154,9 @@ class LinearExecutor:
         for h in hits:
             supporting.setdefault(h.passage.id, PassageRef.from_hit(h))
         self._newline(session)
-        self._append(session, self.template.contexts.format(passages=self.template.render_passages([h.passage for h in hits])))
+        self._append(
+            session, self.template.contexts.format(passages=self.template.render_passages([h.passage for h in hits]))
+        )
         return self._generate(session, node, trace, self.max_evidence_tokens).strip()
 
     @staticmethod

@@ -86,7 +86,9 @@ _PROBE_TEXT = (
 )
 
 
-def measure_profile(llm, base: BackendProfile = BackendProfile(), *, long_prompt_repeats: int = 4, decode_tokens: int = 6) -> BackendProfile:
+def measure_profile(
+    llm, base: BackendProfile = BackendProfile(), *, long_prompt_repeats: int = 4, decode_tokens: int = 6
+) -> BackendProfile:
     """``base`` with per-token costs, concurrency and batch gain measured on ``llm``.
 
     One call prefills a long prompt and generates one token, the other prefills a short one and
@@ -104,7 +106,9 @@ def measure_profile(llm, base: BackendProfile = BackendProfile(), *, long_prompt
 
     long_prompt = _PROBE_TEXT * long_prompt_repeats
     (p1, g1, t1) = probe(long_prompt, 1)
-    kv_reuse = base.kv_reuse or server_prefix_cache(llm, long_prompt)  # right after it, before another prompt takes its slot
+    kv_reuse = base.kv_reuse or server_prefix_cache(
+        llm, long_prompt
+    )  # right after it, before another prompt takes its slot
     (p2, g2, t2) = probe("Rivers:", decode_tokens)
     det = p1 * g2 - p2 * g1
     if det <= 0 or t1 <= 0 or t2 <= 0:
@@ -225,10 +229,14 @@ def estimate_linear(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
 def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
     node_prompt = 250 + (k * PASSAGE_TOKENS + 120)
     node_generated = 15 + 8
-    node_ms = node_prompt * profile.prefill_ms_per_token + node_generated * profile.decode_ms_per_token + profile.retrieve_ms
+    node_ms = (
+        node_prompt * profile.prefill_ms_per_token + node_generated * profile.decode_ms_per_token + profile.retrieve_ms
+    )
     ms = sum(profile.wave_ms(len(wave), node_ms) for wave in plan.tree.levels())
     n = len(plan.tree.nodes)
-    return Estimate(ms=ms, llm_calls=2 * n - 1, generated_tokens=n * node_generated, computed_prompt_tokens=n * node_prompt)
+    return Estimate(
+        ms=ms, llm_calls=2 * n - 1, generated_tokens=n * node_generated, computed_prompt_tokens=n * node_prompt
+    )
 
 
 def estimate_retrieve(profile: BackendProfile, k: int) -> Estimate:
@@ -242,13 +250,28 @@ def estimate_retrieve(profile: BackendProfile, k: int) -> Estimate:
 def estimate_iterate(profile: BackendProfile, k: int, rounds: int) -> Estimate:
     """``rounds`` retrievals, each followed by one short answer over its passages."""
     one = estimate_retrieve(profile, k)
-    return Estimate(ms=rounds * one.ms, llm_calls=rounds, generated_tokens=rounds * one.generated_tokens, computed_prompt_tokens=rounds * one.computed_prompt_tokens)
+    return Estimate(
+        ms=rounds * one.ms,
+        llm_calls=rounds,
+        generated_tokens=rounds * one.generated_tokens,
+        computed_prompt_tokens=rounds * one.computed_prompt_tokens,
+    )
 
 
-def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3, force: str | None = None, simple: str = "linear") -> PhysicalPlan:
+def lower(
+    plan: Plan,
+    profile: BackendProfile = BackendProfile(),
+    *,
+    k: int = 3,
+    force: str | None = None,
+    simple: str = "linear",
+) -> PhysicalPlan:
     """Pick the cheapest operator (or ``force`` one) and say why. With ``simple="retrieve"`` a
     single-atom plan may also be answered by one retrieval (:data:`Operator.RETRIEVE`)."""
-    estimates = {Operator.LINEAR.value: estimate_linear(plan, profile, k), Operator.TREE.value: estimate_tree(plan, profile, k)}
+    estimates = {
+        Operator.LINEAR.value: estimate_linear(plan, profile, k),
+        Operator.TREE.value: estimate_tree(plan, profile, k),
+    }
     kind = shape(plan)
     if simple == Operator.RETRIEVE and kind == "single":
         estimates[Operator.RETRIEVE.value] = estimate_retrieve(profile, k)
@@ -264,7 +287,14 @@ def lower(plan: Plan, profile: BackendProfile = BackendProfile(), *, k: int = 3,
             f"{profile.prefill_ms_per_token:.1f} ms, decode {profile.decode_ms_per_token:.0f} ms)"
         )
     hints = tuple(plan.query.atom(n).text() for n in plan.tree.postorder() if n != ROOT)
-    return PhysicalPlan(operator=operator, logical=plan, estimates=estimates, reason=reason, hints=hints, waves=tuple(plan.tree.levels()))
+    return PhysicalPlan(
+        operator=operator,
+        logical=plan,
+        estimates=estimates,
+        reason=reason,
+        hints=hints,
+        waves=tuple(plan.tree.levels()),
+    )
 
 
 def _speedups(profile: BackendProfile) -> str:

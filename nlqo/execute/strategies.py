@@ -34,7 +34,14 @@ class EngineStrategy:
 
 def _builder(mode: str):
     def build(
-        llm: LLM, retriever: Retriever, *, embedder: Embedder, k: int = 3, name: str | None = None, config: EngineConfig | None = None, **options: Any
+        llm: LLM,
+        retriever: Retriever,
+        *,
+        embedder: Embedder,
+        k: int = 3,
+        name: str | None = None,
+        config: EngineConfig | None = None,
+        **options: Any,
     ) -> EngineStrategy:
         base = config if config is not None else EngineConfig()
         chosen = base.with_options(k=k, strategy=mode, measure_costs=mode == "auto", **options)

@@ -74,7 +74,13 @@ class Step:
 
     @classmethod
     def llm(
-        cls, node: str, usage: Usage, text: str, started_ms: float = 0.0, prompt: str | Sequence[ChatMessage] = "", note: str = ""
+        cls,
+        node: str,
+        usage: Usage,
+        text: str,
+        started_ms: float = 0.0,
+        prompt: str | Sequence[ChatMessage] = "",
+        note: str = "",
     ) -> "Step":
         return cls(
             node=node,

@@ -119,11 +119,14 @@ class TreeExecutor:
         trace = trace or Trace()
         started = time.perf_counter()
         tree = plan.tree
-        workers = 1 if not self.parallel else (self.workers or default_workers(plan, capabilities(self.llm).concurrency))
+        workers = (
+            1 if not self.parallel else (self.workers or default_workers(plan, capabilities(self.llm).concurrency))
+        )
         results: dict[str, NodeResult] = {}
         waiting = {n: set(tree.children[n]) for n in tree.nodes}
         running: dict[Future, str] = {}
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nlqo-node") as pool:
+
             def submit_ready() -> None:
                 for n in tree.nodes:
                     if not waiting[n] and n not in results and n not in running.values():
@@ -184,7 +187,9 @@ class TreeExecutor:
         refs = tuple(PassageRef.from_hit(h) for h in hits)
         return NodeResult(node=node, question=question, answer=short_answer(out.text, question), passages=refs)
 
-    def _rewrite(self, plan: Plan, node: str, children: list[NodeResult], known_lines: str, trace: Trace) -> tuple[str, str]:
+    def _rewrite(
+        self, plan: Plan, node: str, children: list[NodeResult], known_lines: str, trace: Trace
+    ) -> tuple[str, str]:
         """The LLM's question for ``node`` and the retrieval query (guarded when ``guard_rewrites``)."""
         main = plan.query.question or ""
         prompt = execution.REWRITE
@@ -197,6 +202,7 @@ class TreeExecutor:
         if self.guard_rewrites and _words(question) == _words(main):
             return atom, " ".join([atom, *(c.answer for c in children)])
         return question, question
+
 
 def _target(plan: Plan, node: str) -> str | None:
     """The variable ``node`` answers for its parent (the one they share), else the question's."""

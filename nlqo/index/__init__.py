@@ -37,6 +37,8 @@ __all__ = [
 ]
 
 
-def open_retriever(path: str | Path, mode: str = "hybrid", *, embedder: Embedder | str | None = None, verify: bool = True) -> Retriever:
+def open_retriever(
+    path: str | Path, mode: str = "hybrid", *, embedder: Embedder | str | None = None, verify: bool = True
+) -> Retriever:
     """Open the index at ``path`` and return its ``Retriever`` for ``mode``."""
     return make_retriever(Index.open(path, embedder=embedder, verify=verify), mode)

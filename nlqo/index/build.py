@@ -76,7 +76,11 @@ def build_index(
         stale = atomic.remove_stale(target)
     kept = kept_index(target)
     if restored is not None:
-        warnings.warn(f"{target}: put back the previous index, which an interrupted build had set aside at {restored}", RepairWarning, stacklevel=2)
+        warnings.warn(
+            f"{target}: put back the previous index, which an interrupted build had set aside at {restored}",
+            RepairWarning,
+            stacklevel=2,
+        )
     for folder in stale:
         warnings.warn(f"removed {folder}, the unfinished index of a build that was killed", RepairWarning, stacklevel=2)
 
@@ -97,7 +101,9 @@ def build_index(
         texts = [passage_text(p, embed_title) for p in passages]
         vectors = embedder.encode(texts, kind="passage", progress=progress)
         if vectors.shape != (count, embedder.dim):
-            raise IndexFileError(f"embedder {embedder.name!r} returned shape {vectors.shape}, expected {(count, embedder.dim)}")
+            raise IndexFileError(
+                f"embedder {embedder.name!r} returned shape {vectors.shape}, expected {(count, embedder.dim)}"
+            )
         params = params.resolved(count)
         built = dense.build_dense(vectors, params)
         with writing(tmp / dense.FILENAME, kept):
@@ -141,7 +147,9 @@ def _check_target(target: Path) -> None:
     if what == FOLDER:
         names = {p.name for p in target.iterdir()}
         if names and not names <= _LAYOUT and not is_nlqo_manifest(target / MANIFEST):
-            raise IndexFileError(f"{target}: folder is not empty and holds no nlqo index ({holding(target)}); refusing to replace it")
+            raise IndexFileError(
+                f"{target}: folder is not empty and holds no nlqo index ({holding(target)}); refusing to replace it"
+            )
     elif what != NOTHING:
         raise IndexFileError(f"{target}: expected an index folder to create or replace, found {what}")
 

@@ -62,7 +62,11 @@ class Corpus:
         for passage, line in self._records():
             if passage.id in seen:
                 first = seen[passage.id]
-                self._bad(CorpusError(f"duplicate id {passage.id!r} (first seen {_where(first)})", path=str(self.source), line=line))
+                self._bad(
+                    CorpusError(
+                        f"duplicate id {passage.id!r} (first seen {_where(first)})", path=str(self.source), line=line
+                    )
+                )
                 continue
             seen[passage.id] = line
             yield passage
@@ -208,11 +212,15 @@ def _decode(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise _NotText(f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); save the file as UTF-8", exc.start) from None
+        raise _NotText(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {column}); save the file as UTF-8", exc.start
+        ) from None
 
 
 def _check_surrogates(field: str, value: str) -> None:
     """Refuse half a surrogate pair (``\\ud800`` in JSON): no file or database can store it."""
     for i, ch in enumerate(value):
         if "\ud800" <= ch <= "\udfff":
-            raise ValueError(f"field {field!r} holds \\u{ord(ch):04x}, half of a surrogate pair, at character {i + 1}: write the character itself or both halves")
+            raise ValueError(
+                f"field {field!r} holds \\u{ord(ch):04x}, half of a surrogate pair, at character {i + 1}: write the character itself or both halves"
+            )

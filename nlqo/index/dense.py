@@ -83,10 +83,14 @@ def open_dense(path: Path, params: DenseParams, dim: int, count: int):
     except RuntimeError as exc:
         raise IndexFileError(f"{path}: cannot read the FAISS index ({exc})") from exc
     if index.d != dim or index.ntotal != count:
-        raise IndexFileError(f"{path}: holds {index.ntotal} vectors of dimension {index.d}, the manifest says {count} of {dim}")
+        raise IndexFileError(
+            f"{path}: holds {index.ntotal} vectors of dimension {index.d}, the manifest says {count} of {dim}"
+        )
     expected = {"hnsw": "hnsw", "ivf": "nprobe"}.get(params.kind)
     if expected is not None and not hasattr(index, expected):
-        raise IndexFileError(f"{path}: holds a {type(index).__name__}, but the manifest says it is a {params.kind} index")
+        raise IndexFileError(
+            f"{path}: holds a {type(index).__name__}, but the manifest says it is a {params.kind} index"
+        )
     if params.kind == "hnsw":
         index.hnsw.efSearch = params.ef_search
     elif params.kind == "ivf":
@@ -100,4 +104,6 @@ def search_dense(index, vectors: np.ndarray, k: int) -> list[list[tuple[int, flo
     if k <= 0:
         return [[] for _ in range(len(vectors))]
     scores, ids = index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-    return [[(int(i), float(s)) for i, s in zip(row_ids, row_scores) if i >= 0] for row_ids, row_scores in zip(ids, scores)]
+    return [
+        [(int(i), float(s)) for i, s in zip(row_ids, row_scores) if i >= 0] for row_ids, row_scores in zip(ids, scores)
+    ]

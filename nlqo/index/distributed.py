@@ -80,7 +80,12 @@ def describe(plugin: str) -> dict[str, Any]:
     name, dimension and prefixes."""
     model = _plugin(plugin).model()
     model.encode(["warm-up"], kind="passage", progress=False)
-    return {"name": model.name, "dim": model.dim, "query_prefix": model.query_prefix, "passage_prefix": model.passage_prefix}
+    return {
+        "name": model.name,
+        "dim": model.dim,
+        "query_prefix": model.query_prefix,
+        "passage_prefix": model.passage_prefix,
+    }
 
 
 def embed(plugin: str, texts: Sequence[str], kind: str) -> np.ndarray:
@@ -111,13 +116,20 @@ class ClusterEmbedder:
     passage_prefix: str = ""
 
     @classmethod
-    def start(cls, connection: Connection, name: str, *, batch_size: int = 64, threads: int | None = None) -> ClusterEmbedder:
+    def start(
+        cls, connection: Connection, name: str, *, batch_size: int = 64, threads: int | None = None
+    ) -> ClusterEmbedder:
         """Hand every worker the model name and load it there (all workers at once)."""
         client, workers = connection.client, connection.workers
-        recipe = EmbedderRecipe(name, batch_size=batch_size, threads=threads, host_threads=tuple(sorted(host_threads(workers).items())))
+        recipe = EmbedderRecipe(
+            name, batch_size=batch_size, threads=threads, host_threads=tuple(sorted(host_threads(workers).items()))
+        )
         plugin = EmbedderPlugin(recipe)
         client.register_plugin(plugin)
-        futures = [client.submit(describe, plugin.name, workers=[w.address], allow_other_workers=False, pure=False) for w in workers]
+        futures = [
+            client.submit(describe, plugin.name, workers=[w.address], allow_other_workers=False, pure=False)
+            for w in workers
+        ]
         described = client.gather(futures)
         if any(d != described[0] for d in described):
             raise ClusterError(f"workers loaded different embedders for {name!r}: {described}")
@@ -140,7 +152,12 @@ class ClusterEmbedder:
         futures = {client.submit(embed, plugin, texts[s : s + size], kind, pure=False): s for s in starts}
         show = len(texts) >= 512 if progress is None else progress
         try:
-            with tqdm(total=len(texts), disable=not show, unit="text", desc=f"embedding ({self.name}) on {len(self.connection.workers)} workers") as bar:
+            with tqdm(
+                total=len(texts),
+                disable=not show,
+                unit="text",
+                desc=f"embedding ({self.name}) on {len(self.connection.workers)} workers",
+            ) as bar:
                 for future in as_completed(futures):
                     try:
                         vectors = future.result()

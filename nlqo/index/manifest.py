@@ -95,13 +95,19 @@ class Manifest:
         file = folder / FILENAME
         what = found(file)
         if what.startswith("nothing"):
-            raise IndexFileError(f"{folder}: not an nlqo index (no {FILENAME}: {holding(folder)}); expected a folder written by 'nlqo index SOURCE --out DIR'")
+            raise IndexFileError(
+                f"{folder}: not an nlqo index (no {FILENAME}: {holding(folder)}); expected a folder written by 'nlqo index SOURCE --out DIR'"
+            )
         if what != FILE:
-            raise IndexFileError(f"{file}: expected the index's manifest, a JSON file, found {what}; {rebuild_hint(folder)}")
+            raise IndexFileError(
+                f"{file}: expected the index's manifest, a JSON file, found {what}; {rebuild_hint(folder)}"
+            )
         try:
             text = file.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise IndexFileError(f"{file}: not valid UTF-8 ({exc}); the index is damaged, {rebuild_hint(folder)}") from exc
+            raise IndexFileError(
+                f"{file}: not valid UTF-8 ({exc}); the index is damaged, {rebuild_hint(folder)}"
+            ) from exc
         except OSError as exc:
             raise IndexFileError(f"{file}: cannot be read ({exc.strerror or exc}); {rebuild_hint(folder)}") from exc
         return cls.from_json(text, path=str(file))
@@ -115,7 +121,9 @@ class Manifest:
                 raise IndexFileError(f"{file}: listed in the manifest but missing; {hint}")
             size = file.stat().st_size
             if size != entry.size:
-                raise IndexFileError(f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, {hint}")
+                raise IndexFileError(
+                    f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, {hint}"
+                )
             if checksums and sha256_file(file) != entry.sha256:
                 raise IndexFileError(f"{file}: checksum differs from the manifest; the index is damaged, {hint}")
 

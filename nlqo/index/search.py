@@ -44,7 +44,11 @@ class Index:
         what = found(path)
         if what.startswith("nothing"):
             old = atomic.leftovers(path.absolute(), "old")
-            hint = f"an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)" if old else f"build one with: nlqo index SOURCE --out {path}"
+            hint = (
+                f"an interrupted build left the previous index at {old[-1]} (rename it back, or rebuild)"
+                if old
+                else f"build one with: nlqo index SOURCE --out {path}"
+            )
             why = "" if what == NOTHING else f" ({what.split(': ', 1)[-1]})"
             raise IndexFileError(f"{path}: no such index folder{why}; {hint}")
         if what != FOLDER:
@@ -61,7 +65,9 @@ class Index:
         try:
             params = dense.DenseParams(**manifest.faiss)
         except (TypeError, ValueError) as exc:
-            raise IndexFileError(f"{path / MANIFEST}: bad FAISS parameters ({exc}); {rebuild_hint(path, manifest.source)}") from exc
+            raise IndexFileError(
+                f"{path / MANIFEST}: bad FAISS parameters ({exc}); {rebuild_hint(path, manifest.source)}"
+            ) from exc
         try:
             store = PassageStore.open(path / STORE_FILE)
             vectors = dense.open_dense(path / dense.FILENAME, params, manifest.dim, manifest.count)
@@ -80,7 +86,9 @@ class Index:
             if self._embedder is None:
                 from nlqo.embed import SentenceEmbedder
 
-                loaded = SentenceEmbedder.load(self.manifest.embedder, prefixes=(self.manifest.query_prefix, self.manifest.passage_prefix))
+                loaded = SentenceEmbedder.load(
+                    self.manifest.embedder, prefixes=(self.manifest.query_prefix, self.manifest.passage_prefix)
+                )
                 check_embedder(self.manifest, loaded)
                 self._embedder = loaded
             return self._embedder

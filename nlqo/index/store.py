@@ -16,7 +16,9 @@ from nlqo.errors import IndexFileError
 from nlqo.passages import Passage
 
 FILENAME = "passages.sqlite"
-_SCHEMA = "CREATE TABLE passages (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)"
+_SCHEMA = (
+    "CREATE TABLE passages (row INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, title TEXT NOT NULL, text TEXT NOT NULL)"
+)
 
 
 def write_store(path: Path, passages: Iterable[Passage]) -> int:
@@ -62,7 +64,9 @@ class PassageStore:
             return []
         marks = ",".join("?" * len(rows))
         with self._lock:
-            found = self._conn.execute(f"SELECT row, id, title, text FROM passages WHERE row IN ({marks})", [int(r) for r in rows]).fetchall()
+            found = self._conn.execute(
+                f"SELECT row, id, title, text FROM passages WHERE row IN ({marks})", [int(r) for r in rows]
+            ).fetchall()
         by_row = {r: Passage(id=i, title=t, text=x) for r, i, t, x in found}
         missing = [r for r in rows if r not in by_row]
         if missing:

@@ -59,7 +59,9 @@ def load_llm(name: str, *, runtime: str = "auto", quantize: str = "none", thread
         if scheme in registered:
             return registered[scheme](spec, runtime=runtime, quantize=quantize, threads=threads)
         if len(scheme) > 1:  # not a Windows drive letter
-            raise ConfigError(f"no backend {scheme!r} for model {name!r} (installed backends: {', '.join(sorted(registered))})")
+            raise ConfigError(
+                f"no backend {scheme!r} for model {name!r} (installed backends: {', '.join(sorted(registered))})"
+            )
     return _local(name, runtime=runtime, quantize=quantize, threads=threads)
 
 

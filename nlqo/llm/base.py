@@ -52,7 +52,9 @@ def capabilities(llm: Any) -> Capabilities:
     """
     declared = getattr(llm, "capabilities", NO_CAPABILITIES)
     if not isinstance(declared, Capabilities):
-        raise TypeError(f"{type(llm).__name__}.capabilities must be an nlqo.llm.base.Capabilities, not {type(declared).__name__}")
+        raise TypeError(
+            f"{type(llm).__name__}.capabilities must be an nlqo.llm.base.Capabilities, not {type(declared).__name__}"
+        )
     return declared
 
 
@@ -158,7 +160,9 @@ def complete_reusing_prefix(llm: LLM, prompt: str, *, stop: Sequence[str] = (), 
     return llm.complete(prompt, stop=stop, max_tokens=max_tokens)
 
 
-def chat_reusing_prefix(llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
+def chat_reusing_prefix(
+    llm: LLM, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256
+) -> Completion:
     """``llm.chat``, asking backends that declare a prefix KV cache to reuse it.
 
     Prompts of one kind share their instruction and demonstrations, so a local backend serves that

@@ -130,11 +130,15 @@ class CachedLLM:
         """The server's reported slots (declared only when the backend is a server)."""
         return self.inner.server_slots()  # type: ignore[attr-defined]
 
-    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False) -> Completion:
+    def complete(
+        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False
+    ) -> Completion:
         """A stored answer, or the backend's (asked to reuse its prefix KV cache when ``prefix_cache``)."""
         key, request = request_key(self.inner, "complete", prompt, stop, max_tokens)
         if prefix_cache:
-            return self._serve(key, request, lambda: complete_reusing_prefix(self.inner, prompt, stop=stop, max_tokens=max_tokens))
+            return self._serve(
+                key, request, lambda: complete_reusing_prefix(self.inner, prompt, stop=stop, max_tokens=max_tokens)
+            )
         return self._serve(key, request, lambda: self.inner.complete(prompt, stop=stop, max_tokens=max_tokens))
 
     def chat(
@@ -151,11 +155,15 @@ class CachedLLM:
         payload = [{"role": m.role, "content": m.content} for m in messages]
         if constraint is not None and can_constrain(self.inner):
             key, request = request_key(self.inner, "chat", payload, stop, max_tokens, constraint)
-            ask = lambda: constrained_chat(self.inner, messages, constraint, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache)  # noqa: E731
+            ask = lambda: constrained_chat(
+                self.inner, messages, constraint, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache
+            )  # noqa: E731
             return self._serve(key, request, ask)
         key, request = request_key(self.inner, "chat", payload, stop, max_tokens)
         if prefix_cache:
-            return self._serve(key, request, lambda: chat_reusing_prefix(self.inner, messages, stop=stop, max_tokens=max_tokens))
+            return self._serve(
+                key, request, lambda: chat_reusing_prefix(self.inner, messages, stop=stop, max_tokens=max_tokens)
+            )
         return self._serve(key, request, lambda: self.inner.chat(messages, stop=stop, max_tokens=max_tokens))
 
     def fork(self) -> "CachedLLM":

@@ -283,14 +283,21 @@ class Matcher:
 
     def _settle(self) -> None:
         """Start the second stage once the first is complete."""
-        if self._stage == 0 and self.constraint.then is not None and self._inner.is_stopped() and not self._inner.is_error():
+        if (
+            self._stage == 0
+            and self.constraint.then is not None
+            and self._inner.is_stopped()
+            and not self._inner.is_error()
+        ):
             self._stage = 1
             self._inner = _matcher(self.tokenizer, self.constraint.then(self.text))
         if self._inner.is_error():
             self._fail()
 
     def _fail(self):
-        raise LLMError(f"constraint {self.constraint.name}: {self._inner.get_error() or 'token not allowed'} after {self.text[-80:]!r}")
+        raise LLMError(
+            f"constraint {self.constraint.name}: {self._inner.get_error() or 'token not allowed'} after {self.text[-80:]!r}"
+        )
 
 
 @attrs.frozen
@@ -310,7 +317,9 @@ def completion(text: str, usage, finish: str, matcher: Matcher | None) -> Comple
     """What a backend returns: a plain :class:`Completion`, or a constrained one with the matcher's figures."""
     if matcher is None:
         return Completion(text, usage, finish)
-    return ConstrainedCompletion(text, usage, finish, enforced=True, mask_ms=matcher.mask_ms, decode_ms=matcher.decode_ms)
+    return ConstrainedCompletion(
+        text, usage, finish, enforced=True, mask_ms=matcher.mask_ms, decode_ms=matcher.decode_ms
+    )
 
 
 # --- asking any backend -----------------------------------------------------------------------------

@@ -77,7 +77,9 @@ def check_gguf(path: Path) -> None:
     except OSError as exc:
         raise ModelNotAvailable(f"cannot read the GGUF model {path}: {exc.strerror or exc}") from None
     if magic != GGUF_MAGIC:
-        raise ModelNotAvailable(f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}): corrupt or the wrong file")
+        raise ModelNotAvailable(
+            f"{path} is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}): corrupt or the wrong file"
+        )
 
 
 def _llama():
@@ -222,7 +224,9 @@ class _Runtime:
         _LOG_LINES.said()  # forget errors logged before this load
         self.model = ll.llama_model_load_from_file(str(path).encode(), mparams)
         if not self.model:
-            raise ModelNotAvailable(f"llama.cpp could not load the model {path} (a truncated, corrupt or unsupported GGUF file){_LOG_LINES.said()}")
+            raise ModelNotAvailable(
+                f"llama.cpp could not load the model {path} (a truncated, corrupt or unsupported GGUF file){_LOG_LINES.said()}"
+            )
         self.vocab = ll.llama_model_get_vocab(self.model)
         self.n_vocab = ll.llama_vocab_n_tokens(self.vocab)
         cparams = ll.llama_context_default_params()
@@ -238,7 +242,9 @@ class _Runtime:
         self.ctx = ll.llama_init_from_model(self.model, cparams)
         if not self.ctx:
             ll.llama_model_free(self.model)
-            raise ModelNotAvailable(f"llama.cpp could not create a context of {n_seq} x {n_ctx_seq} tokens for {path}{_LOG_LINES.said()}")
+            raise ModelNotAvailable(
+                f"llama.cpp could not create a context of {n_seq} x {n_ctx_seq} tokens for {path}{_LOG_LINES.said()}"
+            )
         self.mem = ll.llama_get_memory(self.ctx)
         self.batch_size = max(PREFILL_CHUNK, n_seq)
         self.batch = ll.llama_batch_init(self.batch_size, 0, 1)
@@ -342,7 +348,9 @@ class _Runtime:
             except BaseException as exc:  # a failed decode ends the requests it touched, never the thread
                 for r in prefilling[:1] + decoding:
                     if not r.done.is_set():
-                        r.error = exc if isinstance(exc, LLMError) else LLMError(f"{self.path.name}: llama.cpp failed: {exc}")
+                        r.error = (
+                            exc if isinstance(exc, LLMError) else LLMError(f"{self.path.name}: llama.cpp failed: {exc}")
+                        )
                         self._finish(r, clear=True)
 
     def _admit(self) -> None:
@@ -355,7 +363,9 @@ class _Runtime:
             try:
                 self._place(request, idle)
             except BaseException as exc:
-                request.error = exc if isinstance(exc, LLMError) else LLMError(f"{self.path.name}: llama.cpp failed: {exc}")
+                request.error = (
+                    exc if isinstance(exc, LLMError) else LLMError(f"{self.path.name}: llama.cpp failed: {exc}")
+                )
                 if request.slot is not None:
                     self._release(request.slot, (), clear=True)
                 request.done.set()
@@ -533,8 +543,6 @@ class _Runtime:
         slot.tokens, slot.busy, slot.used = tokens, False, next(self._clock)
 
 
-
-
 _handles = itertools.count(1)
 
 
@@ -576,7 +584,14 @@ class LlamaCppLLM(TokenLLM):
     @property
     def capabilities(self) -> Capabilities:
         """Prefix reuse, sessions, forks, a cache identity, grammars applied token by token, and the slots as concurrency."""
-        return Capabilities(prefix_cache=True, session=True, fork=True, concurrency=self.runtime.n_seq, cache_identity=True, constraint=TOKENS)
+        return Capabilities(
+            prefix_cache=True,
+            session=True,
+            fork=True,
+            concurrency=self.runtime.n_seq,
+            cache_identity=True,
+            constraint=TOKENS,
+        )
 
     @property
     def concurrency(self) -> int:
@@ -719,11 +734,18 @@ class LlamaSession(TokenSegments):
     """Tokens of the fixed prefix to save at the first generation (0: do not)."""
     usage: Usage = Usage()
 
-    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
+    def generate(
+        self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None
+    ) -> Completion:
         """Continue greedily (under ``constraint`` when given); the generated and forced tokens stay
         in the session, the text is cut before the stop string."""
         out, generated = self.llm.generate_ids(
-            self._ids, stop=stop, max_tokens=max_tokens, prefix_cache=True, remember=self._prefix_len, constraint=constraint
+            self._ids,
+            stop=stop,
+            max_tokens=max_tokens,
+            prefix_cache=True,
+            remember=self._prefix_len,
+            constraint=constraint,
         )
         self._ids.extend(generated)
         self.usage = self.usage + out.usage

@@ -47,8 +47,6 @@ from nlqo.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, compl
 from nlqo.logs import tame_transformers
 
 
-
-
 def _crop(cache: Any, length: int) -> None:
     """Drop KV entries beyond the first ``length`` tokens, in place."""
     extra = cache.get_seq_length() - length
@@ -73,7 +71,9 @@ def _end_tokens(model: Any, tokenizer: Any) -> frozenset:
         elif value:
             ids.update(int(v) for v in value)
     vocab = tokenizer.get_vocab()
-    special = set(getattr(tokenizer, "all_special_tokens", ())) | {str(t) for t in getattr(tokenizer, "added_tokens_decoder", {}).values()}
+    special = set(getattr(tokenizer, "all_special_tokens", ())) | {
+        str(t) for t in getattr(tokenizer, "added_tokens_decoder", {}).values()
+    }
     ids.update(vocab[t] for t in _END_OF_TURN if t in vocab and t in special)
     return frozenset(ids)
 
@@ -104,7 +104,9 @@ class TransformersLLM(TokenLLM):
     :func:`nlqo.models.load_transformers` (bundled names, GGUF files, hub ids).
     """
 
-    capabilities: ClassVar[Capabilities] = Capabilities(prefix_cache=True, session=True, fork=True, concurrency=1, constraint=TOKENS)
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        prefix_cache=True, session=True, fork=True, concurrency=1, constraint=TOKENS
+    )
     """Prefix KV cache, KV sessions, forks, grammars applied token by token; one generation at a
     time (a lock serializes them)."""
 
@@ -125,7 +127,9 @@ class TransformersLLM(TokenLLM):
     def __attrs_post_init__(self) -> None:
         self._eos = _end_tokens(self.model, self.tokenizer)
         self._grammar_tokenizer = LazyTokenizer(
-            lambda: hf_tokenizer(self.tokenizer, n_vocab=max(self.model.config.vocab_size, len(self.tokenizer)), eos=sorted(self._eos))
+            lambda: hf_tokenizer(
+                self.tokenizer, n_vocab=max(self.model.config.vocab_size, len(self.tokenizer)), eos=sorted(self._eos)
+            )
         )
         params = inspect.signature(self.model.forward).parameters
         self._forward_kwargs = {"use_cache": True}
@@ -135,7 +139,13 @@ class TransformersLLM(TokenLLM):
 
     @classmethod
     def load(
-        cls, path: str | Path, *, name: str | None = None, dtype: Any = None, quantize: str = "none", prefix_cache_size: int = 8
+        cls,
+        path: str | Path,
+        *,
+        name: str | None = None,
+        dtype: Any = None,
+        quantize: str = "none",
+        prefix_cache_size: int = 8,
     ) -> "TransformersLLM":
         """Load a transformers model directory offline (float32 unless ``dtype`` says otherwise).
 
@@ -262,7 +272,9 @@ class TransformersLLM(TokenLLM):
 
     def _forward(self, cache: Any, ids: Sequence[int]) -> torch.Tensor:
         """Feed ``ids`` after the tokens already in ``cache``; the logits of the last position."""
-        out = self.model(input_ids=torch.tensor([list(ids)], dtype=torch.long), **{self._cache_arg: cache}, **self._forward_kwargs)
+        out = self.model(
+            input_ids=torch.tensor([list(ids)], dtype=torch.long), **{self._cache_arg: cache}, **self._forward_kwargs
+        )
         return out.logits[0, -1]
 
     def _lookup(self, ids: Sequence[int]) -> tuple[Any, int]:
@@ -391,7 +403,9 @@ class Session(TokenSegments):
         """How many of the tokens have a computed KV state."""
         return 0 if self._cache is None else self._cache.get_seq_length()
 
-    def generate(self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
+    def generate(
+        self, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None
+    ) -> Completion:
         """Continue greedily (under ``constraint`` when given); the generated and forced tokens
         (stop text and end token included) stay in the session, the returned text is cut before
         the stop string."""
@@ -414,7 +428,9 @@ class Session(TokenSegments):
                     self._cache = llm._new_cache()
                 remember = self._prefix_len
             cached = self._cache.get_seq_length()
-            generated, text, finish = llm._generate(self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first)
+            generated, text, finish = llm._generate(
+                self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first
+            )
             self._ids.extend(generated)
             usage = llm._account(n, cached, len(generated), start, matcher)
         self.usage = self.usage + usage

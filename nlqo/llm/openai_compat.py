@@ -86,7 +86,9 @@ class _Deadline:
         """An opener (see :func:`_opener`) whose connections this deadline watches."""
         return _opener(url, _DeadlineHTTP(self), _DeadlineHTTPS(self))
 
-    def connection(self, http_class: Callable[..., http.client.HTTPConnection]) -> Callable[..., http.client.HTTPConnection]:
+    def connection(
+        self, http_class: Callable[..., http.client.HTTPConnection]
+    ) -> Callable[..., http.client.HTTPConnection]:
         """A factory of ``http_class`` connections whose sockets are watched once connected."""
 
         def make(host: str, **kwargs: Any) -> http.client.HTTPConnection:
@@ -156,7 +158,6 @@ class OpenAICompatLLM:
     >>> llm.api_base, llm.temperature
     ('http://127.0.0.1:8080/v1', 0.0)
     """
-
 
     base_url: str
     """Server URL, e.g. ``http://127.0.0.1:8000/v1``; a bare host gets ``/v1``."""
@@ -253,23 +254,48 @@ class OpenAICompatLLM:
         """A server (its slots, asked once on first read, are the concurrency), a cache identity (the
         server's own prefix caching needs nothing from nlqo), and constraints passed to the server
         when ``grammar_field`` names where."""
-        return Capabilities(concurrency=self.concurrency, server_slots=True, cache_identity=True, constraint=None if self.grammar_field is None else SERVER)
+        return Capabilities(
+            concurrency=self.concurrency,
+            server_slots=True,
+            cache_identity=True,
+            constraint=None if self.grammar_field is None else SERVER,
+        )
 
-    def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None) -> Completion:
+    def complete(
+        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None
+    ) -> Completion:
         if self.complete_via_chat:
             return self.chat([ChatMessage("user", prompt)], stop=stop, max_tokens=max_tokens, constraint=constraint)
         return self._generate("/completions", {"prompt": prompt}, stop, max_tokens, constraint)
 
     def chat(
-        self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256, constraint: Constraint | None = None
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        constraint: Constraint | None = None,
     ) -> Completion:
         """A chat reply; with ``constraint`` and a ``grammar_field`` the server gets the grammar
         (one grammar for the whole reply: ``Constraint.single``, in GBNF)."""
         body = {"messages": [{"role": m.role, "content": m.content} for m in messages]}
         return self._generate("/chat/completions", body, stop, max_tokens, constraint)
 
-    def _generate(self, path: str, body: dict[str, Any], stop: Sequence[str], max_tokens: int, constraint: Constraint | None = None) -> Completion:
-        body = {**self.extra_body, **body, "model": self.model, "max_tokens": max_tokens, "temperature": self.temperature}
+    def _generate(
+        self,
+        path: str,
+        body: dict[str, Any],
+        stop: Sequence[str],
+        max_tokens: int,
+        constraint: Constraint | None = None,
+    ) -> Completion:
+        body = {
+            **self.extra_body,
+            **body,
+            "model": self.model,
+            "max_tokens": max_tokens,
+            "temperature": self.temperature,
+        }
         with_grammar = False
         if constraint is not None and self.grammar_field is not None:
             from nlqo.llm.gbnf import to_gbnf
@@ -321,7 +347,11 @@ class OpenAICompatLLM:
         return base * (1.0 + self.jitter * random.random())
 
     def _attempt(self, url: str, data: bytes) -> dict[str, Any]:
-        headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": f"nlqo/{__version__}"}
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            "User-Agent": f"nlqo/{__version__}",
+        }
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
@@ -409,7 +439,10 @@ def _get_json(url: str, api_key: str | None, timeout_s: float) -> tuple[int | No
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
     try:
-        with _Deadline(timeout_s) as deadline, deadline.opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response:
+        with (
+            _Deadline(timeout_s) as deadline,
+            deadline.opener(url).open(urllib.request.Request(url, headers=headers), timeout=timeout_s) as response,
+        ):
             status, payload = response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, None

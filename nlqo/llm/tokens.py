@@ -51,11 +51,19 @@ class TokenLLM:
         raise NotImplementedError
 
     def complete(
-        self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256, prefix_cache: bool = False, constraint: Constraint | None = None
+        self,
+        prompt: str,
+        *,
+        stop: Sequence[str] = (),
+        max_tokens: int = 256,
+        prefix_cache: bool = False,
+        constraint: Constraint | None = None,
     ) -> Completion:
         """Continue raw ``prompt`` (tokenized with the vocabulary's special tokens, like a prompt)."""
         ids = self.encode(prompt, special=True)
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint)[0]
+        return self.generate_ids(
+            ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, constraint=constraint
+        )[0]
 
     def chat(
         self,
@@ -75,7 +83,9 @@ class TokenLLM:
         """
         ids = self.encode(self.format_chat(messages))
         remember = self.scaffold_length(messages, ids) if prefix_cache else None
-        return self.generate_ids(ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, remember=remember, constraint=constraint)[0]
+        return self.generate_ids(
+            ids, stop=stop, max_tokens=max_tokens, prefix_cache=prefix_cache, remember=remember, constraint=constraint
+        )[0]
 
     def scaffold_length(self, messages: Sequence[ChatMessage], ids: Sequence[int]) -> int:
         """Tokens of ``ids`` (``messages`` formatted) before the last message's text: the system

@@ -44,10 +44,19 @@ def load_transformers(
     from nlqo.llm.local import TransformersLLM
 
     resolved = resolve_model(name_or_path, cache_dir=cache_dir, progress=progress)
-    return TransformersLLM.load(resolved.path, name=resolved.name, dtype=dtype, quantize=quantize, prefix_cache_size=prefix_cache_size)
+    return TransformersLLM.load(
+        resolved.path, name=resolved.name, dtype=dtype, quantize=quantize, prefix_cache_size=prefix_cache_size
+    )
 
 
-def choose_runtime(name_or_path: str | Path, runtime: str = "auto", *, quantize: str = "none", cache_dir: Path | None = None, progress: bool = True) -> tuple[str, Path | None]:
+def choose_runtime(
+    name_or_path: str | Path,
+    runtime: str = "auto",
+    *,
+    quantize: str = "none",
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> tuple[str, Path | None]:
     """The runtime that will run ``name_or_path`` and, for llama.cpp, its verified GGUF file.
 
     ``auto`` picks llama.cpp when the model is a GGUF file (bundled models are) and llama-cpp-python
@@ -65,11 +74,15 @@ def choose_runtime(name_or_path: str | Path, runtime: str = "auto", *, quantize:
     if runtime == "transformers" or (runtime == "auto" and quantize != "none"):
         return "transformers", None
     if quantize != "none":
-        raise ConfigError(f"--quantize {quantize} is a transformers option; llama.cpp runs the GGUF file's own quantization (use --runtime transformers)")
+        raise ConfigError(
+            f"--quantize {quantize} is a transformers option; llama.cpp runs the GGUF file's own quantization (use --runtime transformers)"
+        )
     gguf = find_gguf(name_or_path, cache_dir=cache_dir, progress=progress)
     if gguf is None:
         if runtime == "llama-cpp":
-            raise ConfigError(f"{name_or_path}: the llama.cpp runtime needs a GGUF model (a bundled name or a .gguf file); this is a transformers model, use --runtime transformers")
+            raise ConfigError(
+                f"{name_or_path}: the llama.cpp runtime needs a GGUF model (a bundled name or a .gguf file); this is a transformers model, use --runtime transformers"
+            )
         return "transformers", None
     if runtime == "auto" and importlib.util.find_spec("llama_cpp") is None:
         if progress:
@@ -107,7 +120,9 @@ def load_local(
         import torch
 
         torch.set_num_threads(threads)
-    return load_transformers(name_or_path, quantize=quantize, cache_dir=cache_dir, prefix_cache_size=prefix_cache_size, progress=progress)
+    return load_transformers(
+        name_or_path, quantize=quantize, cache_dir=cache_dir, prefix_cache_size=prefix_cache_size, progress=progress
+    )
 
 
 __all__ = [

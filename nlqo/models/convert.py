@@ -56,7 +56,11 @@ def file_stamps(folder: Path) -> dict[str, dict[str, Any]]:
     stamps = {}
     for path in sorted(p for p in folder.rglob("*") if p.is_file()):
         stat = path.stat()
-        stamps[path.relative_to(folder).as_posix()] = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": stream_sha256([path])}
+        stamps[path.relative_to(folder).as_posix()] = {
+            "size": stat.st_size,
+            "mtime_ns": stat.st_mtime_ns,
+            "sha256": stream_sha256([path]),
+        }
     return stamps
 
 
@@ -69,7 +73,10 @@ def damage(folder: Path) -> str | None:
     """
     marker = read_marker(folder)
     try:
-        files = {str(name): (int(want["size"]), int(want["mtime_ns"]), str(want["sha256"])) for name, want in marker.get("files", {}).items()}
+        files = {
+            str(name): (int(want["size"]), int(want["mtime_ns"]), str(want["sha256"]))
+            for name, want in marker.get("files", {}).items()
+        }
     except (AttributeError, KeyError, TypeError, ValueError):
         files = None
     if not marker or files is None:
@@ -136,7 +143,7 @@ def remove_stale_staging(dest: Path) -> list[Path]:
     for candidate in dest.parent.iterdir():
         if not candidate.name.startswith(prefix):
             continue
-        pid_text = candidate.name[len(prefix):].split("-", 1)[0]
+        pid_text = candidate.name[len(prefix) :].split("-", 1)[0]
         if pid_text.isdigit() and int(pid_text) != os.getpid():
             shutil.rmtree(candidate, ignore_errors=True)
             removed.append(candidate)
@@ -208,7 +215,9 @@ def convert_gguf(
     rename. ``info`` goes into the marker file with the timing and the files' stamps. A ``dest``
     found damaged (see :func:`damage`) or unfinished is set aside and converted again.
     """
-    say: Callable[[str], None] = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    say: Callable[[str], None] = (
+        (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    )
     with building(dest, say):
         if is_converted(dest):
             problem = damage(dest)

@@ -31,7 +31,13 @@ def gguf_root(root: Path | None = None) -> Path:
     return (cache_root() if root is None else root) / "gguf"
 
 
-def find_gguf(name_or_path: str | Path, *, cache_dir: Path | None = None, registry: tuple[BundledModel, ...] = BUNDLED, progress: bool = True) -> Path | None:
+def find_gguf(
+    name_or_path: str | Path,
+    *,
+    cache_dir: Path | None = None,
+    registry: tuple[BundledModel, ...] = BUNDLED,
+    progress: bool = True,
+) -> Path | None:
     """The verified GGUF file of a bundled model, a ``.gguf`` path, or a folder holding one ``.gguf``
     (and no ``config.json``); ``None`` when the model is something else (a transformers folder, a hub id).
     """
@@ -62,7 +68,9 @@ def bundled_gguf(model: BundledModel, root: Path | None = None, *, progress: boo
     path = folder / f"{model.name}-{model.sha256[:12]}.gguf"
     if path.is_file() and _verified(folder, model, path):
         return path
-    say: Callable[[str], None] = (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    say: Callable[[str], None] = (
+        (lambda msg: print(msg, file=sys.stderr, flush=True)) if progress else (lambda msg: None)
+    )
     with building(path, say):
         if path.is_file():
             if _verified(folder, model, path):  # assembled by another process while this one waited
@@ -115,7 +123,14 @@ def _mark(folder: Path, model: BundledModel, path: Path) -> None:
 def _sha256(model: BundledModel, path: Path, progress: bool) -> str:
     from tqdm.auto import tqdm
 
-    with tqdm(total=path.stat().st_size, unit="B", unit_scale=True, desc=f"verifying {model.name}", disable=not progress, leave=False) as bar:
+    with tqdm(
+        total=path.stat().st_size,
+        unit="B",
+        unit_scale=True,
+        desc=f"verifying {model.name}",
+        disable=not progress,
+        leave=False,
+    ) as bar:
         return stream_sha256([path], progress=bar.update)
 
 

@@ -94,7 +94,11 @@ def assemble(model: BundledModel, folder: Path, *, progress: bool = True) -> Pat
     """
     files = locate(model)
     size = sum(f.stat().st_size for f in files)
-    packages = ", ".join(model.requirements()) if len(model.parts) <= 3 else f"{model.parts[0].distribution} .. {model.parts[-1].distribution}"
+    packages = (
+        ", ".join(model.requirements())
+        if len(model.parts) <= 3
+        else f"{model.parts[0].distribution} .. {model.parts[-1].distribution}"
+    )
     if size != model.size:
         raise ModelNotAvailable(
             f"model {model.name!r}: the installed files add up to {size} bytes, expected {model.size} "

@@ -115,7 +115,13 @@ def _bundled(model: BundledModel, root: Path | None, progress: bool) -> Resolved
         return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256)
     locate(model)  # fail early, naming the missing packages
     info = {"name": model.name, "sha256": model.sha256, "requirements": list(model.requirements())}
-    converted = convert_gguf(lambda staging: assemble(model, staging, progress=progress), dest, label=model.name, info=info, progress=progress)
+    converted = convert_gguf(
+        lambda staging: assemble(model, staging, progress=progress),
+        dest,
+        label=model.name,
+        info=info,
+        progress=progress,
+    )
     return ResolvedModel(model.name, dest, Origin.BUNDLED, model.sha256, converted_now=converted)
 
 

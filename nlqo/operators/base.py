@@ -33,7 +33,9 @@ class PhysicalOperator(Protocol):
         """Structural cost before any statistics: from the plan's shape and per-token costs."""
         ...
 
-    def run(self, engine: "Engine", question: str, physical: "PhysicalPlan", trace: "Trace", strategy: str) -> "RunResult":
+    def run(
+        self, engine: "Engine", question: str, physical: "PhysicalPlan", trace: "Trace", strategy: str
+    ) -> "RunResult":
         """Answer ``question``; every call goes into ``trace``."""
         ...
 

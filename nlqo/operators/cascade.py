@@ -55,7 +55,12 @@ class Cascade:
         planned = engine.plan(question, strategy=PLANNED, trace=trace)
         done = engine.run_planned(question, planned, PLANNED, trace)
         total_ms = (time.perf_counter() - started) * 1000
-        return attrs.evolve(done, strategy=strategy, stop_reason=f"cascade: plan; {done.stop_reason}", execution_ms=total_ms - done.planning_ms)
+        return attrs.evolve(
+            done,
+            strategy=strategy,
+            stop_reason=f"cascade: plan; {done.stop_reason}",
+            execution_ms=total_ms - done.planning_ms,
+        )
 
     def annotate(self, physical):
         return at_root(physical, "Cascade: retrieve; iterate if unsupported; the plan if still unsupported")

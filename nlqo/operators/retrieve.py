@@ -21,7 +21,9 @@ class Retrieve:
     def run(self, engine, question, physical, trace, strategy):
         from nlqo.strategies.baselines import StandardRag
 
-        return attrs.evolve(StandardRag(engine.llm, engine.retriever, k=engine.k).run(question, trace=trace), strategy=strategy)
+        return attrs.evolve(
+            StandardRag(engine.llm, engine.retriever, k=engine.k).run(question, trace=trace), strategy=strategy
+        )
 
     def annotate(self, physical):
         return at_root(physical, "Retrieve: one retrieval, one answer")

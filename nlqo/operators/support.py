@@ -26,7 +26,9 @@ from nlqo.answers import normalize_answer
 from nlqo.kinds import QuestionClass
 from nlqo.statistics.features import question_class, options_of
 
-_UNKNOWN = re.compile(r"^(unknown|none|n a|no answer|not (mentioned|specified|provided|given|stated|known|available))\b")
+_UNKNOWN = re.compile(
+    r"^(unknown|none|n a|no answer|not (mentioned|specified|provided|given|stated|known|available))\b"
+)
 
 
 @attrs.frozen

@@ -29,7 +29,10 @@ class Template:
 
     def annotate(self, physical):
         if not physical.parsed:
-            return {n: "LinearTemplate: the question alone, no plan hints" if n == ROOT else "" for n in physical.logical.tree.nodes}
+            return {
+                n: "LinearTemplate: the question alone, no plan hints" if n == ROOT else ""
+                for n in physical.logical.tree.nodes
+            }
         order = [n for n in physical.logical.tree.postorder() if n != ROOT]
         out = {n: f"LinearTemplate hop {i} hint" for i, n in enumerate(order, 1)}
         out[ROOT] = "LinearTemplate final answer"

@@ -56,7 +56,11 @@ class Order:
             tall = mode("height")
         else:
             tall = None
-        short = [("min_child", -mode("imbalance") if directions["imbalance"] is not None else _EQUAL)] if "imbalance" in directions else []
+        short = (
+            [("min_child", -mode("imbalance") if directions["imbalance"] is not None else _EQUAL)]
+            if "imbalance" in directions
+            else []
+        )
         return cls(
             finished=tuple(([("height", tall)] if tall is not None else []) + plain),
             partial=tuple(([("max_child", tall)] if tall is not None else []) + short + plain),
@@ -80,7 +84,9 @@ def _split(shape: Shape, dims: tuple[tuple[str, int], ...]) -> tuple[tuple[int, 
 Frontier = list[tuple[tuple[int, ...], tuple[int, ...], Entry]]
 
 
-def _insert(frontier: Frontier, new: Entry, dims: tuple[tuple[str, int], ...], beam: int, score: Score) -> tuple[Frontier, int]:
+def _insert(
+    frontier: Frontier, new: Entry, dims: tuple[tuple[str, int], ...], beam: int, score: Score
+) -> tuple[Frontier, int]:
     """Add ``new`` unless dominated; drop what it dominates; keep at most ``beam``. Returns dropped-by-beam."""
     eq, vec = _split(new.shape, dims)
     for e_eq, e_vec, _ in frontier:
@@ -183,10 +189,18 @@ def search(
             if r == 0:
                 complete.setdefault(m, []).extend(e for _, _, e in frontier)
     subsets = len({m for level in states for (m, _, _) in level})
-    return DPResult(complete=complete, subsets=subsets, pairs=min(pairs, budget), beam_dropped=dropped, exhausted=exhausted)
+    return DPResult(
+        complete=complete, subsets=subsets, pairs=min(pairs, budget), beam_dropped=dropped, exhausted=exhausted
+    )
 
 
-def _finish(level: dict[tuple[int, int, int], Frontier], out: dict[int, list[tuple[int, Frontier]]], order: Order, beam: int, score: Score) -> int:
+def _finish(
+    level: dict[tuple[int, int, int], Frontier],
+    out: dict[int, list[tuple[int, Frontier]]],
+    order: Order,
+    beam: int,
+    score: Score,
+) -> int:
     """File the finished sub-plans of one size under their roots; returns how many the beam cut."""
     dropped = 0
     by_root: dict[tuple[int, int], Frontier] = {}

@@ -65,7 +65,11 @@ def join_graph(query: Query, relations: Mapping[tuple[str, str], str]) -> JoinGr
         elif kind == RelationKind.SIBLING:
             siblings[ia] |= 1 << ib
             siblings[ib] |= 1 << ia
-    pinned_under = {r.right: r.left for r in query.relations if r.kind == RelationKind.PARENT and r.left in index and r.right in index}
+    pinned_under = {
+        r.right: r.left
+        for r in query.relations
+        if r.kind == RelationKind.PARENT and r.left in index and r.right in index
+    }
     for target in query.answer:
         if isinstance(target, str) and target in index and target not in pinned_under:
             pinned_under[target] = ROOT

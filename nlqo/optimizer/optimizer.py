@@ -74,7 +74,9 @@ class Optimizer:
         program = rewrite(query, self.rules if self.rules is not None else load_rules())
         q = program.query
         check_pins(q.relations, source="<query after the rewrite rules>")
-        relations = resolve(q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache)
+        relations = resolve(
+            q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache
+        )
         graph = join_graph(q, relations.table)
         ctx = CostContext(q, relations.table, self.embedder)
         warnings = list(program.warnings)
@@ -85,7 +87,9 @@ class Optimizer:
             if search_stats.fallback:
                 warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
             elif search_stats.beam_dropped:
-                warnings.append(f"the DP's beam ({self.beam} sub-plans a frontier) cut {search_stats.beam_dropped}: the plan may not be the cheapest")
+                warnings.append(
+                    f"the DP's beam ({self.beam} sub-plans a frontier) cut {search_stats.beam_dropped}: the plan may not be the cheapest"
+                )
             if not (self.context_merge and self.llm is not None):
                 break
             rejected, checks, usage = self._check_merges(q, tree, relations)
@@ -103,7 +107,9 @@ class Optimizer:
             raise OptimizeError(f"no atom can hang under the question, so there is nothing to plan ({reasons})")
         if unplaced:
             warnings.append(f"no valid tree includes {', '.join(unplaced)}: planned the largest joinable set")
-        left_out = program.left_out + tuple(LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced)
+        left_out = program.left_out + tuple(
+            LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced
+        )
         stats = attrs.evolve(
             search_stats,
             planning_ms=(time.perf_counter() - started) * 1000,
@@ -130,7 +136,9 @@ class Optimizer:
 
     def _search(self, q: Query, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
         model = self.cost_model
-        result = dp.search(graph, budget=self.budget, beam=self.beam, directions=model.directions(), score=model.shape_cost)
+        result = dp.search(
+            graph, budget=self.budget, beam=self.beam, directions=model.directions(), score=model.shape_cost
+        )
         order = graph.ids
         if result.exhausted:
             parents = [greedy(graph, model.shape_cost)]
@@ -184,11 +192,15 @@ class Optimizer:
             verdict = self.cache.verdict(key) if self.cache is not None else None
             if verdict is None:
                 prompt = planning.MERGE
-                messages = prompt.messages(question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text())
+                messages = prompt.messages(
+                    question=q.question or "", tree=plan_text, child=q.atom(child).text(), parent=q.atom(parent).text()
+                )
                 llm = self.llm
                 assert llm is not None  # merge checks run only with an LLM
                 constraint = YES_NO if self.constrained and can_constrain(llm) else None
-                reply = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False)
+                reply = constrained_chat(
+                    llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens, prefix_cache=False
+                )
                 checks += 1
                 usage = usage + reply.usage
                 verdict = "no" if reply.text.strip().lower().startswith("no") else "yes"

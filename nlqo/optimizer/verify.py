@@ -30,7 +30,9 @@ def verify(plan: Plan, graph: JoinGraph | None = None) -> Plan:
     atoms = set(plan.query.ids)
     left_out = set(plan.left_out_ids)
     if not atoms <= placed | left_out or placed & left_out or not placed <= atoms:
-        raise OptimizeError(f"plan covers {sorted(placed)} and leaves out {sorted(left_out)}, atoms are {sorted(atoms)}")
+        raise OptimizeError(
+            f"plan covers {sorted(placed)} and leaves out {sorted(left_out)}, atoms are {sorted(atoms)}"
+        )
     if graph is not None:
         for c, p in tree.parent:
             if not graph.may_attach(p, c):

@@ -148,7 +148,15 @@ Are follow up questions needed here: Yes.
 {SELF_ASK_ANSWER_MARK} Percy Bysshe Shelley
 #"""
 
-DEMO_ANSWERS = ("27 December 1923", "Moby-Dick", "Percy Bysshe Shelley", "Gustave Eiffel", "Mary Shelley", "Peru", "Bolivia")
+DEMO_ANSWERS = (
+    "27 December 1923",
+    "Moby-Dick",
+    "Percy Bysshe Shelley",
+    "Gustave Eiffel",
+    "Mary Shelley",
+    "Peru",
+    "Bolivia",
+)
 """Answers the demonstrations of this module give (yes/no left out: they answer real questions too)."""
 
 SELF_ASK = TextPrompt(

@@ -22,7 +22,9 @@ class LinearTemplate:
     prefix: str
     """Instruction and few-shot demonstrations; identical for every question, so prefilled once."""
     main: str = "Main Question: {question}\n"
-    propose: str = "To answer the Main Question ({question}), {facts}I propose the following additional question:\nQuestion:"
+    propose: str = (
+        "To answer the Main Question ({question}), {facts}I propose the following additional question:\nQuestion:"
+    )
     facts: str = "using the following facts:\n{lines}\n"
     hint: str = "(Plan step {step}: {atom})\n"
     contexts: str = "Contexts:\n{passages}\nBased on the contexts,"
@@ -122,6 +124,7 @@ DEMO_ANSWERS = ("Cincinnati", "Jaws", "Steven Spielberg", "1975", "1979")
 """Answers the demonstrations of this module give (final and intermediate): a prediction equal to
 one that no retrieved passage supports was copied from a demonstration (``nlqo.eval.leaks``)."""
 
+
 def _question_first(demo: str, first_proposal: str) -> str:
     """A demonstration with its first proposal taken out, so that the Main Question's own contexts
     come first (as :data:`LINEAR_QUESTION_FIRST` runs)."""
@@ -134,8 +137,10 @@ def _question_first(demo: str, first_proposal: str) -> str:
 _DEMO_FIRST = _question_first(_DEMO, "Who directed the film Jaws?")
 _COMPARE_FIRST = _question_first(_COMPARE, "When was the film Jaws released?")
 
-_SHORT_ANSWER = ("then give a short answer (a name, date, number, or yes/no), not a sentence. When the Main "
-                 "Question asks which of several things, the answer is one of them.\n\n")
+_SHORT_ANSWER = (
+    "then give a short answer (a name, date, number, or yes/no), not a sentence. When the Main "
+    "Question asks which of several things, the answer is one of them.\n\n"
+)
 
 LINEAR = LinearTemplate(
     prefix="Answer the Main Question step by step. At each step propose one additional question that "

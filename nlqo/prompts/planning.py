@@ -26,21 +26,15 @@ PARSE = Prompt(
         ),
         (
             "Question: In which city was the director of the film Jaws born?",
-            'q1 = (?director, "directed", "Jaws")\n'
-            'q2 = (?director, "born in", ?city)\n'
-            "answer ?city",
+            'q1 = (?director, "directed", "Jaws")\nq2 = (?director, "born in", ?city)\nanswer ?city',
         ),
         (
             "Question: Which university did the author of the novel Dracula attend?",
-            'q1 = (?author, "wrote", "Dracula")\n'
-            'q2 = (?author, "attended", ?university)\n'
-            "answer ?university",
+            'q1 = (?author, "wrote", "Dracula")\nq2 = (?author, "attended", ?university)\nanswer ?university',
         ),
         (
             "Question: Which film came out first, Jaws or Alien?",
-            'q1 = ("Jaws", "released in", ?year1)\n'
-            'q2 = ("Alien", "released in", ?year2)\n'
-            "answer ?year1, ?year2",
+            'q1 = ("Jaws", "released in", ?year1)\nq2 = ("Alien", "released in", ?year2)\nanswer ?year1, ?year2',
         ),
     ),
     stop=("\n\n\n", "Question:"),

@@ -47,7 +47,9 @@ class _Request(BaseModel):
 class AskRequest(_Request):
     question: str = Field(min_length=1, description="the question")
     strategy: str | None = Field(default=None, description="auto or one operator; the server's default when absent")
-    explain: bool | Literal["json", "html"] = Field(default=False, description="add EXPLAIN ANALYZE: true or 'json' for JSON, 'html' for the page")
+    explain: bool | Literal["json", "html"] = Field(
+        default=False, description="add EXPLAIN ANALYZE: true or 'json' for JSON, 'html' for the page"
+    )
     stream: bool = Field(default=False, description="server-sent events: each step as it completes, then the result")
     timeout: float | None = Field(default=None, gt=0, description="seconds; at most the server's --timeout")
 
@@ -63,10 +65,21 @@ class RetrieveRequest(_Request):
     k: int = Field(default=3, ge=1, le=50)
 
 
-def create_app(service: Service, *, token: str | None = None, max_body: int = 65536, strategy: str = "auto", strategies: tuple[str, ...] = ("auto",), model: str = "", redact: tuple[str, ...] = ()) -> FastAPI:
+def create_app(
+    service: Service,
+    *,
+    token: str | None = None,
+    max_body: int = 65536,
+    strategy: str = "auto",
+    strategies: tuple[str, ...] = ("auto",),
+    model: str = "",
+    redact: tuple[str, ...] = (),
+) -> FastAPI:
     """The application serving ``service``; ``token`` requires ``Authorization: Bearer TOKEN``;
     ``redact`` lists texts (paths) that never appear in an error message."""
-    app = FastAPI(title="nlqo", summary="Question answering over your documents, with EXPLAIN.", docs_url=None, redoc_url=None)
+    app = FastAPI(
+        title="nlqo", summary="Question answering over your documents, with EXPLAIN.", docs_url=None, redoc_url=None
+    )
     max_chars = service.engine.config.max_question_chars
     secrets = tuple(sorted((r for r in redact if r), key=len, reverse=True))
 
@@ -76,14 +89,21 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
         return message
 
     def error(status: int, kind: str, message: str, **headers: str) -> JSONResponse:
-        return JSONResponse({"error": {"type": kind, "message": clean(message)}}, status_code=status, headers=headers or None)
+        return JSONResponse(
+            {"error": {"type": kind, "message": clean(message)}}, status_code=status, headers=headers or None
+        )
 
     def failure(exc: BaseException) -> JSONResponse:
         """The HTTP answer to an exception raised by a request's work."""
         if isinstance(exc, Busy):
             return error(429, "busy", str(exc), **{"Retry-After": str(RETRY_AFTER)})
         if isinstance(exc, (Closing, asyncio.CancelledError, concurrent.futures.CancelledError)):
-            return error(503, "closing", str(exc) or "the service shut down before the request ran", **{"Retry-After": str(RETRY_AFTER)})
+            return error(
+                503,
+                "closing",
+                str(exc) or "the service shut down before the request ran",
+                **{"Retry-After": str(RETRY_AFTER)},
+            )
         if isinstance(exc, Cancelled):
             return error(504, "timeout", exc.reason)
         if isinstance(exc, LimitError):
@@ -94,7 +114,9 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
             return error(422, "unparseable", str(exc))
         if isinstance(exc, NlqoError):
             log.error("request failed: %s", exc)
-            return error(502, type(exc).__name__, "the model or the index failed on this request; the server log has the details")
+            return error(
+                502, type(exc).__name__, "the model or the index failed on this request; the server log has the details"
+            )
         log.exception("internal error", exc_info=exc)
         return error(500, "internal", "internal error; the server log has the details")
 
@@ -103,7 +125,12 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
         if token is not None and request.url.path not in OPEN_PATHS:
             given = request.headers.get("authorization", "")
             if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                return error(401, "unauthorized", "a bearer token is required: send 'Authorization: Bearer TOKEN' (nlqo serve --token)", **{"WWW-Authenticate": "Bearer"})
+                return error(
+                    401,
+                    "unauthorized",
+                    "a bearer token is required: send 'Authorization: Bearer TOKEN' (nlqo serve --token)",
+                    **{"WWW-Authenticate": "Bearer"},
+                )
         length = request.headers.get("content-length")
         if length is not None and (not length.isdigit() or int(length) > max_body):
             return error(413, "too_large", f"the request body is larger than {max_body:,} bytes")
@@ -115,7 +142,9 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
         for e in exc.errors():
             where = ".".join(str(p) for p in e.get("loc", ()) if p != "body") or "body"
             if e.get("type") == "json_invalid":
-                return error(400, "bad_json", f"the body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}")
+                return error(
+                    400, "bad_json", f"the body is not valid JSON: {e.get('ctx', {}).get('error', e.get('msg'))}"
+                )
             problems.append(f"{where}: {e.get('msg')}")
         return error(422, "invalid", "; ".join(problems) or "the request does not match the schema (see /docs)")
 
@@ -158,9 +187,18 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
                 return error(504, "timeout", f"the request took longer than its {ticket.timeout:g} s timeout")
             if service.past_grace():
                 ticket.cancel.set()
-                return error(503, "closing", "the service shut down before the answer was ready; retry on another replica", **{"Retry-After": str(RETRY_AFTER)})
+                return error(
+                    503,
+                    "closing",
+                    "the service shut down before the answer was ready; retry on another replica",
+                    **{"Retry-After": str(RETRY_AFTER)},
+                )
 
-    @app.post("/v1/ask", summary="Answer a question", response_description="the answer, its passages, the operator chosen and the timing")
+    @app.post(
+        "/v1/ask",
+        summary="Answer a question",
+        response_description="the answer, its passages, the operator chosen and the timing",
+    )
     async def ask(body: AskRequest, request: Request):
         checked(body.question)
         chosen = strategy_of(body.strategy)
@@ -168,7 +206,9 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
         ticket = Ticket(timeout=timeout_of(body.timeout))
         if body.stream:
             return stream(body.question, chosen, explain, ticket)
-        future = service.submit("ask", lambda: service.ask(body.question, strategy=chosen, explain=explain, ticket=ticket))
+        future = service.submit(
+            "ask", lambda: service.ask(body.question, strategy=chosen, explain=explain, ticket=ticket)
+        )
         return await wait(request, future, ticket)
 
     def stream(question: str, chosen: str, explain: str | None, ticket: Ticket) -> StreamingResponse:
@@ -179,7 +219,9 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
             with contextlib.suppress(RuntimeError):  # the loop closed: the server stopped under a run
                 loop.call_soon_threadsafe(events.put_nowait, (name, data))
 
-        future = service.submit("ask", lambda: service.ask(question, strategy=chosen, explain=explain, ticket=ticket, emit=emit))
+        future = service.submit(
+            "ask", lambda: service.ask(question, strategy=chosen, explain=explain, ticket=ticket, emit=emit)
+        )
         future.add_done_callback(lambda f: emit("done", {}))
 
         async def frames():
@@ -200,14 +242,18 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
             finally:
                 ticket.cancel.set()  # a client that left mid-stream stops the run at its next step
 
-        return StreamingResponse(frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            frames(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
 
     @app.post("/v1/explain", summary="The physical plan of a question, not run")
     async def explain(body: ExplainRequest, request: Request):
         checked(body.question)
         chosen = strategy_of(body.strategy)
         ticket = Ticket(timeout=service.timeout)
-        future = service.submit("explain", lambda: service.explain(body.question, strategy=chosen, fmt=body.format, ticket=ticket))
+        future = service.submit(
+            "explain", lambda: service.explain(body.question, strategy=chosen, fmt=body.format, ticket=ticket)
+        )
         return await wait(request, future, ticket)
 
     @app.post("/v1/retrieve", summary="The passages of the index that best match a query")
@@ -220,7 +266,10 @@ def create_app(service: Service, *, token: str | None = None, max_body: int = 65
     @app.get("/v1/health", summary="Whether the service takes requests")
     async def health():
         status = "closing" if service.closing else "ok"
-        return JSONResponse({"status": status, "model": model, "strategy": strategy, "capacity": service.capacity}, status_code=503 if service.closing else 200)
+        return JSONResponse(
+            {"status": status, "model": model, "strategy": strategy, "capacity": service.capacity},
+            status_code=503 if service.closing else 200,
+        )
 
     @app.get("/v1/stats", summary="Queue length, requests served, latency percentiles, tokens per second")
     async def stats():
@@ -257,7 +306,9 @@ def schema_page(schema: dict[str, Any]) -> str:
     rows = []
     for path, methods in schema.get("paths", {}).items():
         for method, op in methods.items():
-            rows.append(f"<tr><td><code>{escape(method.upper())}</code></td><td><code>{escape(path)}</code></td><td>{escape(op.get('summary', ''))}</td></tr>")
+            rows.append(
+                f"<tr><td><code>{escape(method.upper())}</code></td><td><code>{escape(path)}</code></td><td>{escape(op.get('summary', ''))}</td></tr>"
+            )
     body = escape(json.dumps(schema, indent=2))
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>nlqo API</title>"

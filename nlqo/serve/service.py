@@ -114,7 +114,13 @@ class Service:
                 self._running -= 1
                 self._admitted -= 1
             tokens = body.get("stats", {}) if isinstance(body, dict) else {}
-            self.stats.finished(endpoint, outcome, time.monotonic() - started, generated=tokens.get("generated_tokens", 0), prompt=tokens.get("prompt_tokens", 0))
+            self.stats.finished(
+                endpoint,
+                outcome,
+                time.monotonic() - started,
+                generated=tokens.get("generated_tokens", 0),
+                prompt=tokens.get("prompt_tokens", 0),
+            )
 
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
@@ -151,7 +157,9 @@ class Service:
 
     # -------------------------------------------------------------------------------- the work
 
-    def ask(self, question: str, *, strategy: str, explain: str | None, ticket: Ticket, emit: Emit = _ignore) -> dict[str, Any]:
+    def ask(
+        self, question: str, *, strategy: str, explain: str | None, ticket: Ticket, emit: Emit = _ignore
+    ) -> dict[str, Any]:
         """Answer ``question``; ``explain`` ("json" or "html") adds EXPLAIN ANALYZE to the reply."""
         ticket.check()
         waited = time.monotonic() - ticket.started
@@ -188,10 +196,18 @@ class Service:
         planned = engine.prepare(question, strategy=strategy, trace=trace)
         if planned.physical is None:
             last = (planned.error or "").rsplit(">>> ", 1)[-1].strip()
-            raise ParseFailure(f"the question could not be parsed into a plan; the last error: {last}", attempts=(), errors=())
+            raise ParseFailure(
+                f"the question could not be parsed into a plan; the last error: {last}", attempts=(), errors=()
+            )
         view = engine.view(planned.physical)
         plan = view.to_dict() if fmt == "json" else formats.render(view, "html")
-        return {"question": question, "operator": planned.physical.operator, "reason": planned.physical.reason, "plan": plan, "planning_ms": planned.planning_ms}
+        return {
+            "question": question,
+            "operator": planned.physical.operator,
+            "reason": planned.physical.reason,
+            "plan": plan,
+            "planning_ms": planned.planning_ms,
+        }
 
     def retrieve(self, query: str, *, k: int, ticket: Ticket) -> dict[str, Any]:
         """The ``k`` passages of the index that best match ``query``."""
@@ -201,7 +217,16 @@ class Service:
         return {
             "query": query,
             "k": k,
-            "hits": [{"rank": h.rank, "score": float(h.score), "id": h.passage.id, "title": h.passage.title, "text": h.passage.text} for h in hits],
+            "hits": [
+                {
+                    "rank": h.rank,
+                    "score": float(h.score),
+                    "id": h.passage.id,
+                    "title": h.passage.title,
+                    "text": h.passage.text,
+                }
+                for h in hits
+            ],
             "retrieval_ms": (time.perf_counter() - started) * 1000,
         }
 
@@ -220,7 +245,12 @@ def step_event(step: Step) -> dict[str, Any]:
 
 def plan_event(physical: Any, error: str | None) -> dict[str, Any]:
     if physical is None:
-        return {"operator": None, "parsed": False, "reason": "the question did not parse: the linear template runs", "error": (error or "")[-500:]}
+        return {
+            "operator": None,
+            "parsed": False,
+            "reason": "the question did not parse: the linear template runs",
+            "error": (error or "")[-500:],
+        }
     return {"operator": physical.operator, "parsed": physical.parsed, "reason": physical.reason}
 
 
@@ -235,7 +265,9 @@ def answer_body(result: RunResult, *, waited_ms: float) -> dict[str, Any]:
         "no_answer": not result.answer.strip(),
         "supporting": [{"id": p.id, "title": p.title, "text": texts.get(p.id, "")} for p in result.supporting],
         "strategy": result.strategy,
-        "operator": physical.operator if physical is not None else ("linear" if any(s.node.startswith("hop-") for s in result.trace) else "retrieve"),
+        "operator": physical.operator
+        if physical is not None
+        else ("linear" if any(s.node.startswith("hop-") for s in result.trace) else "retrieve"),
         "reason": physical.reason if physical is not None else result.stop_reason,
         "stop_reason": result.stop_reason,
         "timing": {"queue_ms": waited_ms, "planning_ms": result.planning_ms, "execution_ms": result.execution_ms},

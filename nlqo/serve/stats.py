@@ -71,7 +71,11 @@ class ServiceStats:
             "queue_limit": queue_limit,
             "requests_served": sum(n for (_, outcome), n in requests.items() if outcome == "ok"),
             "requests": {f"{endpoint} {outcome}": n for (endpoint, outcome), n in sorted(requests.items())},
-            "latency_seconds": {"p50": percentile(latencies, 50), "p95": percentile(latencies, 95), "window": len(latencies)},
+            "latency_seconds": {
+                "p50": percentile(latencies, 50),
+                "p95": percentile(latencies, 95),
+                "window": len(latencies),
+            },
             "generated_tokens_per_second": round(recent / min(RATE_SECONDS, max(uptime, 1e-9)), 3),
             "generated_tokens": generated,
             "prompt_tokens": prompt,
@@ -92,7 +96,10 @@ def prometheus(snapshot: dict) -> str:
         f"nlqo_queue_length {snapshot['queue_length']}",
         "# TYPE nlqo_requests_total counter",
     ]
-    lines += [f'nlqo_requests_total{{endpoint="{k.split()[0]}",outcome="{k.split()[1]}"}} {n}' for k, n in snapshot["requests"].items()]
+    lines += [
+        f'nlqo_requests_total{{endpoint="{k.split()[0]}",outcome="{k.split()[1]}"}} {n}'
+        for k, n in snapshot["requests"].items()
+    ]
     lines += [
         "# HELP nlqo_running Requests being answered.",
         "# TYPE nlqo_running gauge",

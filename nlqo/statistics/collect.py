@@ -38,7 +38,9 @@ def summarize(rows: list[Mapping[str, Any]], texts: Callable[[str], str] | None)
 
     supported = 0.0
     if texts is not None and n:
-        supported = sum(support(r["answer"], r["question"], [texts(i) for i in passage_ids(r)]).supported for r in rows) / n
+        supported = (
+            sum(support(r["answer"], r["question"], [texts(i) for i in passage_ids(r)]).supported for r in rows) / n
+        )
     return OperatorStats(
         n=n, em=hits / n if n else 0.0, em_low=low, em_high=high, f1=mean("f1"), supported=supported,
         seconds=mean("seconds"), prompt_tokens=mean("prompt_tokens"), generated_tokens=mean("generated_tokens"), llm_calls=mean("llm_calls"),
@@ -62,5 +64,13 @@ def collect(
         op = BENCH_NAMES.get(r["strategy"], r["strategy"])
         groups[op][ALL].append(r)
         groups[op][str(question_class(r["question"]))].append(r)
-    operators = {op: {c: summarize(rows, texts) for c, rows in sorted(classes.items())} for op, classes in sorted(groups.items())}
-    return Statistics(measured_on=dict(measured_on), operators=operators, sample=dict(sample or {}), source=source, prefill_ms_per_token=prefill_ms_per_token)
+    operators = {
+        op: {c: summarize(rows, texts) for c, rows in sorted(classes.items())} for op, classes in sorted(groups.items())
+    }
+    return Statistics(
+        measured_on=dict(measured_on),
+        operators=operators,
+        sample=dict(sample or {}),
+        source=source,
+        prefill_ms_per_token=prefill_ms_per_token,
+    )

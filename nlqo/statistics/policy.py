@@ -61,7 +61,9 @@ def _speed(c: Candidate) -> tuple[float, float, str]:
     return (c.seconds, -c.em, c.operator)
 
 
-def choose(candidates: Sequence[Candidate], policy: str = Policy.BALANCED, *, time_budget: float | None = None) -> Choice:
+def choose(
+    candidates: Sequence[Candidate], policy: str = Policy.BALANCED, *, time_budget: float | None = None
+) -> Choice:
     """The operator ``policy`` picks among ``candidates``, and why."""
     if not candidates:
         raise ConfigError("no operator to choose from: the statistics measure none of the available operators")

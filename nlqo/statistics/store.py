@@ -84,7 +84,9 @@ class Statistics:
             "measured_on": dict(self.measured_on),
             "sample": dict(self.sample),
             "prefill_ms_per_token": self.prefill_ms_per_token,
-            "operators": {op: {c: attrs.asdict(s) for c, s in classes.items()} for op, classes in self.operators.items()},
+            "operators": {
+                op: {c: attrs.asdict(s) for c, s in classes.items()} for op, classes in self.operators.items()
+            },
         }
 
 
@@ -97,7 +99,9 @@ def load(path: str | Path, *, bundled: bool = False) -> Statistics:
             raise ValueError(f"not an nlqo statistics file (format {data.get('format')!r})")
         if data.get("version") != VERSION:
             raise ValueError(f"version {data.get('version')!r}; this nlqo reads version {VERSION}")
-        operators = {op: {c: OperatorStats(**s) for c, s in classes.items()} for op, classes in data["operators"].items()}
+        operators = {
+            op: {c: OperatorStats(**s) for c, s in classes.items()} for op, classes in data["operators"].items()
+        }
         return Statistics(
             measured_on=data["measured_on"], operators=operators, sample=data.get("sample", {}), source=data.get("source", "?"),
             prefill_ms_per_token=data.get("prefill_ms_per_token"), path=str(path), bundled=bundled,

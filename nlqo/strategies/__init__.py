@@ -120,7 +120,14 @@ class Named:
 
 
 def build_strategy(
-    name: str, llm: LLM, retriever: Retriever, *, embedder: Embedder | None = None, k: int = 3, config: EngineConfig | None = None, **options: Any
+    name: str,
+    llm: LLM,
+    retriever: Retriever,
+    *,
+    embedder: Embedder | None = None,
+    k: int = 3,
+    config: EngineConfig | None = None,
+    **options: Any,
 ) -> Strategy:
     """The strategy called ``name`` (options in brackets merge with ``options``); nlqo's own
     strategies start from ``config`` (the bench's shared planning options)."""
@@ -165,5 +172,7 @@ def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> di
     from nlqo.llm.base import forked
 
     retriever = index.retriever(retrieval)
-    return {spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=k, config=config) for spec in specs}
-
+    return {
+        spec: build_strategy(spec, forked(llm), retriever, embedder=index.embedder, k=k, config=config)
+        for spec in specs
+    }

@@ -81,7 +81,16 @@ class StandardRag:
         hits = retrieve(self.retriever, question, self.k, trace, "round-1")
         text = chat(self.llm, STANDARD_RAG, trace, "round-1", reference=DOCS.render(hits), question=question)
         reason = stop(trace, "round-1", "answer")
-        return _result(self.name, question, short_answer(text, question), trace, started, supporting=refs(hits), stop_reason=reason, hops=1)
+        return _result(
+            self.name,
+            question,
+            short_answer(text, question),
+            trace,
+            started,
+            supporting=refs(hits),
+            stop_reason=reason,
+            hops=1,
+        )
 
 
 @attrs.define(eq=False)
@@ -108,7 +117,14 @@ class IterRetGen:
             text = chat(self.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
         reason = stop(trace, f"round-{self.rounds}", "max_rounds")
         return _result(
-            self.name, question, short_answer(text, question), trace, started, supporting=refs(hits), stop_reason=reason, hops=self.rounds
+            self.name,
+            question,
+            short_answer(text, question),
+            trace,
+            started,
+            supporting=refs(hits),
+            stop_reason=reason,
+            hops=self.rounds,
         )
 
 
@@ -147,7 +163,13 @@ class IRCoT:
                     pool[hit.passage.id] = hit
             context = hits if r == 1 else sorted(pool.values(), key=lambda h: h.score)
             thought = complete(
-                self.llm, IRCOT, trace, node, reference=WIKI.render(context), question=question, thoughts=_scratchpad(thoughts)
+                self.llm,
+                IRCOT,
+                trace,
+                node,
+                reference=WIKI.render(context),
+                question=question,
+                thoughts=_scratchpad(thoughts),
             ).strip()
             if not thought:
                 reason = "empty"
@@ -160,7 +182,9 @@ class IRCoT:
         chain = " ".join(thoughts)
         answer = short_answer(chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain, question)
         best_first = sorted(pool.values(), key=lambda h: -h.score)
-        return _result(self.name, question, answer, trace, started, supporting=refs(best_first), stop_reason=reason, hops=hops)
+        return _result(
+            self.name, question, answer, trace, started, supporting=refs(best_first), stop_reason=reason, hops=hops
+        )
 
 
 def _scratchpad(thoughts: list[str]) -> str:
@@ -218,7 +242,14 @@ class SelfAsk:
                 hops += 1
         stop(trace, f"round-{r}", reason)
         return _result(
-            self.name, question, short_answer(final_answer(scratch), question), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
+            self.name,
+            question,
+            short_answer(final_answer(scratch), question),
+            trace,
+            started,
+            supporting=refs(hits),
+            stop_reason=reason,
+            hops=hops,
         )
 
 

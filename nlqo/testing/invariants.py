@@ -80,13 +80,20 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
         carries |= extra
     for child in on_top:
         if child not in carries:
-            _fail(f"{child} hangs under the root but is no answer atom, mentions no answer variable and is pinned as no one's sibling that does")
+            _fail(
+                f"{child} hangs under the root but is no answer atom, mentions no answer variable and is pinned as no one's sibling that does"
+            )
     left_ids = [x.id for x in plan.left_out]
     if len(left_ids) != len(set(left_ids)):
         _fail(f"an atom is left out twice: {left_ids}")
     left = set(left_ids)
     for target in answer_ids:
-        if target not in on_top and target not in left and target in ids and target not in {r.right for r in q.relations}:
+        if (
+            target not in on_top
+            and target not in left
+            and target in ids
+            and target not in {r.right for r in q.relations}
+        ):
             _fail(f"answer atom {target} is neither under the root nor left out")
     for x in plan.left_out:
         if not x.reason:
@@ -146,4 +153,6 @@ def check_monotone(metric: Metric, shape: Shape, field: str, step: int = 1) -> N
         if after != before:
             _fail(f"{name} moves with {field} ({before} -> {after}) but does not declare it")
     elif declared[field] * (after - before) < 0:
-        _fail(f"{name} declares direction {declared[field]:+d} in {field} but goes {before} -> {after} when it grows by {step}")
+        _fail(
+            f"{name} declares direction {declared[field]:+d} in {field} but goes {before} -> {after} when it grows by {step}"
+        )

@@ -20,7 +20,9 @@ def all_trees(graph: JoinGraph, atoms: int | None = None) -> Iterator[dict[int, 
     ``atoms``, a bitmask, restricts the atoms that must be covered (default: all).
     """
     nodes = [v for v in range(1, graph.n) if atoms is None or atoms >> v & 1]
-    options = [[p for p in range(graph.n) if p != v and graph.allowed[p] >> v & 1 and (p == 0 or p in nodes)] for v in nodes]
+    options = [
+        [p for p in range(graph.n) if p != v and graph.allowed[p] >> v & 1 and (p == 0 or p in nodes)] for v in nodes
+    ]
     for choice in itertools.product(*options):
         parent = dict(zip(nodes, choice))
         if _reaches_root(parent):

@@ -24,7 +24,9 @@ from nlqo.pins import check_pins
 from nlqo.plan import Plan
 
 var_names = st.sampled_from(["a", "b", "c", "d", "e", "x1", "band", "Drummer"])
-const_texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), min_size=0, max_size=12)
+const_texts = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), min_size=0, max_size=12
+)
 terms = st.one_of(var_names.map(Var), const_texts.map(Const))
 
 
@@ -71,7 +73,10 @@ def queries(draw: Any, max_atoms: int = 6, relations: bool = True) -> Query:
 
 def chain(n: int) -> Query:
     """``n`` atoms in a line: ``q1`` holds the answer, each later atom shares a variable with the one before."""
-    atoms = tuple(Atom(f"q{i + 1}", Var(f"v{i}"), Const(f"p{i}"), Var(f"v{i + 1}") if i + 1 < n else Const("end")) for i in range(n))
+    atoms = tuple(
+        Atom(f"q{i + 1}", Var(f"v{i}"), Const(f"p{i}"), Var(f"v{i + 1}") if i + 1 < n else Const("end"))
+        for i in range(n)
+    )
     return Query(atoms=atoms, answer=Var("v0"), question=f"a chain of {n}")
 
 
@@ -147,7 +152,9 @@ def plan(query: Query, *, cost_model: CostModel | None = None, seed: int | None 
     from nlqo.optimizer import Optimizer
 
     llm = PairLLM(query, seed) if seed is not None else None
-    return Optimizer(cost_model=cost_model or load_cost_model("structural"), rules=(), llm=llm, **options).optimize(query)
+    return Optimizer(cost_model=cost_model or load_cost_model("structural"), rules=(), llm=llm, **options).optimize(
+        query
+    )
 
 
 _any_query = queries
