@@ -291,3 +291,65 @@ def test_runtime_choice_is_explicit_about_what_cannot_run(tmp_path):
         choose_runtime(str(folder), "llama-cpp", progress=False)
     with pytest.raises(ConfigError, match="unknown runtime"):
         choose_runtime("smollm2-135m", "vllm", progress=False)
+
+
+def live_runtimes() -> int:
+    """llama.cpp runtimes alive in this process (each holds a model and its context, about 1 GB)."""
+    return sum(t.name == "nlqo-llama" and t.is_alive() for t in threading.enumerate())
+
+
+def load_135m():
+    from nlqo.models import load_local
+
+    return load_or_skip(lambda: load_local("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
+
+
+def test_the_last_closed_handle_frees_the_model_and_later_calls_say_it_was_closed():
+    before = live_runtimes()
+    model = load_135m()
+    fork = model.fork()
+    assert live_runtimes() == before + 1
+    model.close()
+    model.close()  # idempotent
+    assert fork.complete("The capital of Spain is", max_tokens=3).usage.generated_tokens > 0  # the fork holds it
+    fork.close()
+    assert live_runtimes() == before
+    with pytest.raises(LLMError, match="closed"):
+        fork.complete("The capital of Spain is", max_tokens=3)
+
+
+def test_a_handle_dropped_without_close_frees_its_model():
+    import gc
+
+    before = live_runtimes()
+    model = load_135m()
+    assert live_runtimes() == before + 1
+    del model
+    gc.collect()
+    assert live_runtimes() == before
+
+
+def test_commands_run_in_process_leave_no_model_loaded(tmp_path, capsys):
+    """A caller of ``nlqo.cli.main`` (a test suite, a notebook) gets its memory back after each command."""
+    import json
+
+    from nlqo.cli import main
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text(
+        json.dumps({"id": "h1", "title": "The Hobbit", "text": "The Hobbit is a novel by J. R. R. Tolkien."}) + "\n"
+    )
+    assert main(["index", str(corpus), "--out", str(tmp_path / "index"), "--quiet"]) == 0
+    load_135m().close()  # skips (or fails in CI) when the model is not installed
+    before = live_runtimes()
+    common = ["--index", str(tmp_path / "index"), "--model", "smollm2-135m", "-k", "1", "--quiet"]
+    assert main(["ask", "Who wrote The Hobbit?", *common, "--strategy", "retrieve"]) == 0
+    assert live_runtimes() == before
+    assert main(["explain", "Who wrote The Hobbit?", *common, "--format", "json"]) in (0, 2)
+    assert live_runtimes() == before
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "question": "Who wrote The Hobbit?", "answer": "Tolkien"}) + "\n")
+    bench = ["bench", "--questions", str(questions), "--index", str(tmp_path / "index"), "--model", "smollm2-135m"]
+    assert main([*bench, "--strategies", "standard-rag", "--out", str(tmp_path / "run"), "-k", "1", "--quiet"]) == 0
+    assert live_runtimes() == before
+    capsys.readouterr()

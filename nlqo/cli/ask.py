@@ -30,7 +30,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_question(args.question, max_chars=args.max_question_chars)  # before a model loads
-    engine = common.build_engine(args)
+    with common.build_engine(args) as engine:
+        return _answer(args, engine)
+
+
+def _answer(args: argparse.Namespace, engine) -> int:
     trace = Trace(on_step=common.progress_printer(not args.quiet))
     if args.ir is None or args.strategy == "linear":
         result = engine.ask(args.question, strategy=args.strategy, trace=trace)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import sys
 from pathlib import Path
@@ -364,27 +365,32 @@ def _bench_here(
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.runner import Bench
     from nlqo.llm.backends import runtime_of
+    from nlqo.llm.base import close_part
     from nlqo.llm.cache import with_cache
     from nlqo.strategies import build_strategies
 
-    backend = load_model(config)
-    llm = with_cache(backend, args.llm_cache)
-    strategies = build_strategies(specs, llm, index, retrieval=args.retrieval, k=args.k, config=config)
-    judge = (
-        LLMJudge(with_cache(load_model(attrs.evolve(config, model=args.judge)), args.llm_cache)) if args.judge else None
-    )
-    meta = _meta(args, config.model, index, source, runtime_of(backend), getattr(backend, "threads", args.threads))
-    bench = Bench(
-        questions,
-        strategies,
-        Path(args.out),
-        meta=meta,
-        seed=args.seed,
-        jobs=args.jobs,
-        judge=judge,
-        progress=not args.quiet,
-    )
-    return bench.run()
+    with contextlib.ExitStack() as loaded:  # the models are freed when the run ends (also in process)
+        backend = load_model(config)
+        loaded.callback(close_part, backend)
+        llm = with_cache(backend, args.llm_cache)
+        strategies = build_strategies(specs, llm, index, retrieval=args.retrieval, k=args.k, config=config)
+        judge = None
+        if args.judge:
+            judge_model = load_model(attrs.evolve(config, model=args.judge))
+            loaded.callback(close_part, judge_model)
+            judge = LLMJudge(with_cache(judge_model, args.llm_cache))
+        meta = _meta(args, config.model, index, source, runtime_of(backend), getattr(backend, "threads", args.threads))
+        bench = Bench(
+            questions,
+            strategies,
+            Path(args.out),
+            meta=meta,
+            seed=args.seed,
+            jobs=args.jobs,
+            judge=judge,
+            progress=not args.quiet,
+        )
+        return bench.run()
 
 
 def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, config) -> dict[str, Any]:

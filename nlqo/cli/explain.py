@@ -38,7 +38,11 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_question(args.question, max_chars=args.max_question_chars)  # before a model loads
-    engine = common.build_engine(args)
+    with common.build_engine(args) as engine:
+        return _explain(args, engine)
+
+
+def _explain(args: argparse.Namespace, engine) -> int:
     trace = Trace(on_step=common.progress_printer(not args.quiet))
     strategy = args.strategy
     planned = common.plan_question(engine, args, trace)

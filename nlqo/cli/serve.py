@@ -158,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
     )
     Server(config).run(sockets=[listener])
     finished = service.close(0)
+    if finished:  # a request still running holds the model; the process exit frees it then
+        engine.close()
     print("nlqo: stopped" + ("" if finished else " (some requests had not finished)"), file=sys.stderr)
     return 0
 

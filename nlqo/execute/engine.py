@@ -78,6 +78,8 @@ class Engine:
     """Operator statistics ``auto`` chooses by (``nlqo analyze``; else the bundled defaults)."""
     identity: dict = attrs.field(factory=dict)
     """What this engine runs on (model, runtime, embedder, k, retrieval, index digest), as statistics record it."""
+    owned: tuple = attrs.field(default=(), repr=False)
+    """The parts :meth:`from_config` loaded itself (not those passed in); :meth:`close` frees them."""
     """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
     parse (``repairs``, ``constrained``, ``parse_atoms``, ``anchored``, ``span_constants``, ``anchor_repairs``) and the limits are read from it."""
 
@@ -105,14 +107,17 @@ class Engine:
                 print(f"nlqo: {message}", file=sys.stderr, flush=True)
 
         builder.set_threads(config.threads)
+        owned: list = []
         if retriever is None:
             say(f"opening index {config.index} ...")
             retriever, embedder = builder.open_retrieval(config, embedder=embedder)
+            owned.append(retriever)
         if embedder is None:
             embedder = builder.load_embedder(config.embedder or builder.DEFAULT_EMBEDDER)
         if llm is None:
             say(f"loading {config.model} ...")
             llm = builder.load_model(config)
+            owned.append(llm)
         optimizer = builder.build_optimizer(config, llm=llm, embedder=embedder)
         identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
         chooses = config.strategy == "auto" and config.policy != "structural"
@@ -152,7 +157,22 @@ class Engine:
             config=config,
             statistics=statistics,
             identity=identity,
+            owned=tuple(owned),
         )
+
+    def close(self) -> None:
+        """Free the model and index this engine loaded (a llama.cpp context is about 1 GB); parts
+        passed to :meth:`from_config` belong to the caller and stay open."""
+        from nlqo.llm.base import close_part
+
+        for part in self.owned:
+            close_part(part)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def k(self) -> int:

@@ -176,3 +176,10 @@ def chat_reusing_prefix(
 def forked(llm: LLM) -> LLM:
     """A fork of ``llm`` when it declares one (its own prefix cache), else ``llm`` itself."""
     return llm.fork() if capabilities(llm).fork else llm  # type: ignore[attr-defined]
+
+
+def close_part(part: object) -> None:
+    """Free what ``part`` holds (a model's context, an index's open files) if it can be closed."""
+    closer = getattr(part, "close", None)
+    if callable(closer):
+        closer()

@@ -30,6 +30,7 @@ from nlqo.llm.base import (
     cache_identity,
     capabilities,
     chat_reusing_prefix,
+    close_part,
     complete_reusing_prefix,
     forked,
 )
@@ -125,6 +126,10 @@ class CachedLLM:
 
     def cache_identity(self) -> dict[str, Any]:
         return cache_identity(self.inner)
+
+    def close(self) -> None:
+        """Close the backend (the disk cache holds no open files)."""
+        close_part(self.inner)
 
     def server_slots(self) -> int | None:
         """The server's reported slots (declared only when the backend is a server)."""

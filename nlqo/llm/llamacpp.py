@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -256,12 +257,54 @@ class _Runtime:
         self._eog_cache: dict[int, bool] = {}
         self._piece_cache: dict[int, bytes] = {}
         self.grammar_tokenizer = LazyTokenizer(self._grammar_tokenizer)
+        self._handles = 0
+        self.closed = False
+        self.freed = False
         self._thread = threading.Thread(target=self._loop, name="nlqo-llama", daemon=True)
         self._thread.start()
+
+    # --- lifetime -------------------------------------------------------------------------------
+
+    def acquire(self) -> None:
+        """One more handle uses this runtime."""
+        with self._cv:
+            self._handles += 1
+
+    def release(self) -> None:
+        """A handle is closed or collected; the last one closes the runtime."""
+        with self._cv:
+            self._handles -= 1
+            last = self._handles <= 0
+        if last:
+            self.close()
+
+    def close(self) -> None:
+        """Finish the queued requests, stop the scheduler thread and free the context and model.
+
+        Idempotent; later requests fail with :class:`~nlqo.errors.LLMError`. The scheduler thread
+        frees the llama.cpp objects itself as it exits, so a close from any thread is safe."""
+        with self._cv:
+            if self.closed:
+                return
+            self.closed = True
+            self._cv.notify_all()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _check_open(self) -> None:
+        if self.freed:
+            raise LLMError(f"{self.path.name}: the model was closed")
+
+    def _free(self) -> None:
+        self.freed = True
+        self.ll.llama_batch_free(self.batch)
+        self.ll.llama_free(self.ctx)
+        self.ll.llama_model_free(self.model)
 
     # --- text <-> tokens -----------------------------------------------------------------------
 
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
+        self._check_open()
         data = text.encode("utf-8")
         n_max = len(data) + 8
         buf = (self.ll.llama_token * n_max)()
@@ -276,6 +319,7 @@ class _Runtime:
         cached = self._piece_cache.get(token)
         if cached is not None:
             return cached
+        self._check_open()
         size = 64
         while True:
             buf = ctypes.create_string_buffer(size)
@@ -298,10 +342,12 @@ class _Runtime:
         return llamacpp_tokenizer(self.vocab, eos=eog)
 
     def chat_template(self) -> str | None:
+        self._check_open()
         raw = self.ll.llama_model_chat_template(self.model, None)
         return raw.decode("utf-8") if raw else None
 
     def special_token(self, which: str) -> str:
+        self._check_open()
         token = getattr(self.ll, f"llama_vocab_{which}")(self.vocab)
         return self.piece(token).decode("utf-8", "replace") if token >= 0 else ""
 
@@ -315,6 +361,8 @@ class _Runtime:
                 f"{self.n_ctx_seq} tokens per sequence (raise n_ctx_seq)"
             )
         with self._cv:
+            if self.closed:
+                raise LLMError(f"{self.path.name}: the model was closed")
             self._pending.append(request)
             self._cv.notify_all()
         request.done.wait()
@@ -334,8 +382,10 @@ class _Runtime:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                while not self._active and not self._pending:
+                while not self._active and not self._pending and not self.closed:
                     self._cv.wait()
+                if self.closed and not self._active and not self._pending:
+                    break
                 self._admit()
                 active = list(self._active)
             prefilling = [r for r in active if r.prefilling]
@@ -352,6 +402,7 @@ class _Runtime:
                             exc if isinstance(exc, LLMError) else LLMError(f"{self.path.name}: llama.cpp failed: {exc}")
                         )
                         self._finish(r, clear=True)
+        self._free()
 
     def _admit(self) -> None:
         """Give waiting requests a slot each while there are idle slots (call with the lock held)."""
@@ -563,6 +614,23 @@ class LlamaCppLLM(TokenLLM):
     _saved: collections.OrderedDict = attrs.field(init=False, factory=collections.OrderedDict)
     _lock: Any = attrs.field(init=False, factory=threading.Lock)
     _template: Any = attrs.field(init=False, default=None)
+    _finalizer: Any = attrs.field(init=False, default=None)
+
+    def __attrs_post_init__(self) -> None:
+        self.runtime.acquire()
+        self._finalizer = weakref.finalize(self, self.runtime.release)
+        self._finalizer.atexit = False  # the process ends anyway; freeing during shutdown only risks a crash
+
+    def close(self) -> None:
+        """Release this handle; the model and its context are freed when the last handle (see
+        :meth:`fork`) is closed or garbage-collected."""
+        self._finalizer()
+
+    def __enter__(self) -> "LlamaCppLLM":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @classmethod
     def load(
