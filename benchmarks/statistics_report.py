@@ -10,9 +10,11 @@ Prints markdown: EM with Wilson intervals, seconds, auto minus the best fixed op
 bootstrap interval, the EM-seconds Pareto front, q-error of auto's time estimates, the operators auto
 chose, and how often auto's answer equals the record of the operator it chose (the replay check).
 
-    python benchmarks/statistics_report.py [--docs docs/benchmarks.md]
+    python benchmarks/statistics_report.py [--docs docs/benchmarks.md] [--details docs/experiments/issue-38-statistics.md]
 
-With --docs the tables replace the text between the STATISTICS markers of that file.
+With --docs the tables replace the text between the statistics-report markers of that file; with
+--details the calibration table by question class goes between the statistics-calibration markers
+of the other (the docs table has each operator over all classes).
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from nlqo.docblocks import write_block
+
 HERE = Path(__file__).resolve().parent
 SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
 FIXED = ("standard-rag", "iter-retgen", "linear", "tree", "auto")
 RECORDED = {"retrieve": "standard-rag", "iterate": "iter-retgen", "linear": "linear", "tree": "tree"}
-BEGIN, END = "<!-- BEGIN statistics-report -->", "<!-- END statistics-report -->"
+REPORT, CALIBRATION = "statistics-report", "statistics-calibration"
 SEED, RESAMPLES = 20261205, 10000
 
 
@@ -43,16 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--stats", type=Path, default=HERE / "results" / "statistics", help="make bench-statistics' output folder"
     )
-    parser.add_argument("--docs", type=Path, help="a markdown file whose STATISTICS markers receive the tables")
+    parser.add_argument("--docs", type=Path, help=f"a markdown file whose {REPORT} markers receive the tables")
+    parser.add_argument(
+        "--details", type=Path, help=f"a markdown file whose {CALIBRATION} markers receive the table by question class"
+    )
     args = parser.parse_args(argv)
     text = report(args.runs, args.stats)
     if args.docs:
-        page = args.docs.read_text(encoding="utf-8")
-        head, rest = page.split(BEGIN, 1)
-        _, tail = rest.split(END, 1)
-        args.docs.write_text(f"{head}{BEGIN}\n{text}{END}{tail}", encoding="utf-8")
+        write_block(args.docs, REPORT, text)
     else:
         sys.stdout.write(text)
+    if args.details:
+        write_block(args.details, CALIBRATION, "\n".join(calibration(args.stats, by_class=True)))
     return 0
 
 
@@ -89,8 +95,8 @@ def pareto(points: dict[str, tuple[float, float]]) -> set[str]:
     }
 
 
-def calibration(stats: Path) -> list[str]:
-    """What `nlqo analyze` measured on each set's first 50: per operator and question class."""
+def calibration(stats: Path, *, by_class: bool = False) -> list[str]:
+    """What `nlqo analyze` measured on each set's first 50: per operator, and per question class too."""
     out = [
         "| set | operator | class | n | EM % [95%] | supported % | s/question | LLM calls |",
         "|---|---|---|---|---|---|---|---|",
@@ -101,7 +107,7 @@ def calibration(stats: Path) -> list[str]:
             continue
         data = json.loads(path.read_text(encoding="utf-8"))["operators"]
         for op in sorted(data):
-            for kind in ("all", *sorted(k for k in data[op] if k != "all")):
+            for kind in ("all", *sorted(k for k in data[op] if k != "all" and by_class)):
                 x = data[op][kind]
                 out.append(
                     f"| {name} | {op} | {kind} | {x['n']} | {x['em'] * 100:.1f} [{x['em_low'] * 100:.0f}, {x['em_high'] * 100:.0f}] | {x['supported'] * 100:.0f} | {x['seconds']:.1f} | {x['llm_calls']:.2f} |"

@@ -226,21 +226,27 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     docs = tmp_path / "docs" / "benchmarks.md"
     write_report([tmp_path / "toy-run"], docs)
     text = docs.read_text()
-    assert text.count("<!-- BEGIN bench-report -->") == 1 and "### toy (toy-run): 5 questions" in text
-    assert "| toy | toy-run | 5 | no-rag, standard-rag, ircot, self-ask | scripted |" in text
-    assert "Targets:" not in text  # they compare auto with the others: nothing to check without auto
-    assert "[answers.md](../toy-run/answers.md)" in text
-    assert (tmp_path / "docs" / "benchmarks" / tmp_path.name / "toy-run" / "hops_histogram.png").is_file()
+    page = tmp_path / "docs" / "benchmarks" / tmp_path.name / "toy-run.md"
+    assert text.count("<!-- BEGIN bench-report -->") == 1 and "### toy" not in text  # details on the run's page
+    assert (
+        f"| toy | [toy-run](benchmarks/{tmp_path.name}/toy-run.md) | 5 | no-rag, standard-rag, ircot, self-ask | scripted |"
+        in text
+    )
+    details = page.read_text()
+    assert details.startswith("# toy (toy-run): 5 questions\n") and "Targets:" not in details  # no auto, no targets
+    assert "[answers.md](../../../toy-run/answers.md)" in details  # relative to the page
+    assert (page.parent / "toy-run" / "hops_histogram.png").is_file()
+    assert "![toy hops_histogram](toy-run/hops_histogram.png)" in details
     shutil.copytree(
         tmp_path / "toy-run", tmp_path / "int8" / "toy-run"
-    )  # a run of the same name elsewhere keeps its own plots
+    )  # a run of the same name elsewhere keeps its own page and plots
     write_report([tmp_path / "toy-run", tmp_path / "int8" / "toy-run"], docs)
-    links = re.findall(r"!\[toy hops_histogram\]\((.*?)\)", docs.read_text())
-    assert links == [
-        f"benchmarks/{tmp_path.name}/toy-run/hops_histogram.png",
-        "benchmarks/int8/toy-run/hops_histogram.png",
-    ]
-    assert "### ircot" in text and "So the answer is:" in text  # baselines documented from the code
+    links = re.findall(r"\[toy-run\]\((.*?)\)", docs.read_text())
+    assert links == [f"benchmarks/{tmp_path.name}/toy-run.md", "benchmarks/int8/toy-run.md"]
+    assert (tmp_path / "docs" / "benchmarks" / "int8" / "toy-run" / "hops_histogram.png").is_file()
+    baselines = (tmp_path / "docs" / "benchmarks" / "baselines.md").read_text()
+    assert "## ircot" in baselines and "So the answer is:" in baselines  # baselines documented from the code
+    assert "[baselines.md](benchmarks/baselines.md)" in text
     docs.write_text(text + "\nHand-written notes stay.\n")
     write_report([tmp_path / "toy-run"], docs)
     again = docs.read_text()
@@ -252,9 +258,10 @@ def test_report_is_generated_between_markers(questions, tmp_path):
 def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     interrupted_run(questions, tmp_path / "part", after=7)
     docs = tmp_path / "docs" / "benchmarks.md"
+    page = tmp_path / "docs" / "benchmarks" / tmp_path.name / "part.md"
     write_report([tmp_path / "part"], docs)  # no summary.json yet: made from the 7 records
-    text = docs.read_text()
-    assert "### toy (part): 1 question\n" in text and "summarized while in progress" in text
+    text = page.read_text()
+    assert "# toy (part): 1 question\n" in text and "summarized while in progress" in text
     assert "**4 of the 5 questions are not yet finished by every strategy**" in text
     summary = json.loads((tmp_path / "part" / "summary.json").read_text())
     assert (summary["records"], summary["n"]) == (7, 1)
@@ -267,16 +274,16 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
 
     bench(questions, tmp_path / "part").run()
     write_report([tmp_path / "part"], docs)
-    text = docs.read_text()
+    text = page.read_text()
     assert (
-        "### toy (part): 5 questions" in text
+        "# toy (part): 5 questions" in text
         and "summarized while in progress" not in text
         and "not yet finished" not in text
     )
 
     (tmp_path / "part" / "summary.json").unlink()  # a finished run summarized again from its records
     write_report([tmp_path / "part"], docs)
-    assert "summarized while in progress" not in docs.read_text() and ", finished 20" in docs.read_text()
+    assert "summarized while in progress" not in page.read_text() and ", finished 20" in page.read_text()
 
 
 def rows_of(targets: list[tuple[str, str, str]]) -> dict[str, tuple[str, str]]:

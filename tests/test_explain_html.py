@@ -405,7 +405,10 @@ def test_bench_writes_one_plan_page_and_answers_md_links_each_planned_run(browse
     assert [p["id"] for p in plans] == ["1-tree", "2-tree"]
     docs = tmp_path / "docs" / "benchmarks.md"
     write_report([out], docs)
-    assert "[plans.html](../run/plans.html)" in docs.read_text()
+    assert (
+        "[plans.html](../../../run/plans.html)"
+        in (tmp_path / "docs" / "benchmarks" / tmp_path.name / "run.md").read_text()
+    )
 
     path = out / "plans.html"
     load(browser, path, "#plan=2-tree")
