@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 import attrs
 import lark
 
+from nlqo.cost.expr import (
+    ARITY,
+    FUNCTIONS,
+    BinOp,
+    Call,
+    Direction,
+    Expr,
+    Name,
+    Neg,
+    Num,
+    evaluate,
+    merge,
+    names,
+    render,
+    signs,
+)
 from nlqo.cost.metrics import CostContext, Metric, registry, structure_of
 from nlqo.cost.shape import Shape
 from nlqo.errors import CostModelError
 from nlqo.plan import Cost, Tree
 from nlqo.resources import builtin_dir, find
-
-Direction = int | None
-"""+1: the cost never decreases as the quantity grows; -1: never increases; None: either (unknown)."""
-
-_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs, "log": math.log}
 
 
 @functools.cache
@@ -36,36 +46,44 @@ def _parser() -> lark.Lark:
 
 
 class _ToExpr(lark.Transformer):
-    """Parse tree -> nested tuples: ('num', x) | ('name', n, line, col) | (op, a, b) | ('neg', a) | ('call', f, args)."""
+    """Parse tree -> :mod:`nlqo.cost.expr` nodes."""
 
     def number(self, items):
-        return ("num", float(items[0]))
+        return Num(float(items[0]))
 
     def name(self, items):
-        return ("name", str(items[0]), items[0].line, items[0].column)
+        return Name(str(items[0]), items[0].line, items[0].column)
 
     def call(self, items):
         fn = items[0]
-        if str(fn) not in _FUNCTIONS:
+        if str(fn) not in FUNCTIONS:
             raise CostModelError(
-                f"line {fn.line}, column {fn.column}: unknown function {str(fn)!r} (known: {', '.join(_FUNCTIONS)})"
+                f"line {fn.line}, column {fn.column}: unknown function {str(fn)!r} (known: {', '.join(FUNCTIONS)})"
             )
-        return ("call", str(fn), tuple(items[1:]))
+        least, most = ARITY[str(fn)]
+        given = len(items) - 1
+        if given < least or (most is not None and given > most):
+            wanted = f"{least}" if least == most else f"at least {least}"
+            raise CostModelError(
+                f"line {fn.line}, column {fn.column}: {str(fn)}() takes {wanted} argument{'s' * (wanted != '1')}, "
+                f"not {given}"
+            )
+        return Call(str(fn), tuple(items[1:]))
 
     def add(self, items):
-        return ("+", items[0], items[1])
+        return BinOp("+", items[0], items[1])
 
     def sub(self, items):
-        return ("-", items[0], items[1])
+        return BinOp("-", items[0], items[1])
 
     def mul(self, items):
-        return ("*", items[0], items[1])
+        return BinOp("*", items[0], items[1])
 
     def div(self, items):
-        return ("/", items[0], items[1])
+        return BinOp("/", items[0], items[1])
 
     def neg(self, items):
-        return ("neg", items[0])
+        return Neg(items[0])
 
     def pos(self, items):
         return float(items[0])
@@ -74,113 +92,12 @@ class _ToExpr(lark.Transformer):
         return -float(items[0])
 
 
-def _names(expr) -> set[tuple[str, int, int]]:
-    tag = expr[0]
-    if tag == "name":
-        return {(expr[1], expr[2], expr[3])}
-    if tag == "num":
-        return set()
-    if tag == "call":
-        return set().union(*(_names(a) for a in expr[2]))
-    return set().union(*(_names(a) for a in expr[1:]))
-
-
-def _eval(expr, env: Mapping[str, float]) -> float:
-    tag = expr[0]
-    if tag == "num":
-        return expr[1]
-    if tag == "name":
-        return env[expr[1]]
-    if tag == "neg":
-        return -_eval(expr[1], env)
-    if tag == "call":
-        return float(_FUNCTIONS[expr[1]](*(_eval(a, env) for a in expr[2])))
-    a, b = _eval(expr[1], env), _eval(expr[2], env)
-    if tag == "+":
-        return a + b
-    if tag == "-":
-        return a - b
-    if tag == "*":
-        return a * b
-    return a / b if b else math.inf
-
-
-def _merge(a: Mapping[str, Direction], b: Mapping[str, Direction]) -> dict[str, Direction]:
-    out = dict(a)
-    for name, d in b.items():
-        out[name] = d if name not in out or out[name] == d else None
-    return out
-
-
-def _scaled(signs: Mapping[str, Direction], factor: float) -> dict[str, Direction]:
-    if factor == 0:
-        return {}
-    return {n: (None if d is None else d * (1 if factor > 0 else -1)) for n, d in signs.items()}
-
-
-def _signs(expr, params: Mapping[str, float]) -> dict[str, Direction]:
-    """How the expression moves with each name that is not a parameter.
-
-    >>> _signs(_ToExpr().transform(_parser().parse("cost = a - 2 * b + max(a, c) / 4")).children[0].children[0], {})
-    {'a': 1, 'b': -1, 'c': 1}
-    """
-    tag = expr[0]
-    if tag == "num":
-        return {}
-    if tag == "name":
-        return {} if expr[1] in params else {expr[1]: 1}
-    if tag == "neg":
-        return _scaled(_signs(expr[1], params), -1)
-    if tag == "call":
-        parts = [_signs(a, params) for a in expr[2]]
-        if expr[1] in ("min", "max", "log"):
-            out: dict[str, Direction] = {}
-            for p in parts:
-                out = _merge(out, p)
-            return out
-        return {n: None for p in parts for n in p}
-    left, right = _signs(expr[1], params), _signs(expr[2], params)
-    if tag == "+":
-        return _merge(left, right)
-    if tag == "-":
-        return _merge(left, _scaled(right, -1))
-    if tag == "*":
-        if not left:
-            return _scaled(right, _eval(expr[1], params))
-        if not right:
-            return _scaled(left, _eval(expr[2], params))
-        return {n: None for n in (*left, *right)}
-    if not right:  # division by a constant
-        divisor = _eval(expr[2], params)
-        return _scaled(left, 1 / divisor if divisor else 0)
-    return {n: None for n in (*left, *right)}
-
-
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
-
-
-def _render(expr, outer: int = 0, right: bool = False) -> str:
-    """Expression text with only the parentheses it needs."""
-    tag = expr[0]
-    if tag == "num":
-        return f"{expr[1]:g}"
-    if tag == "name":
-        return expr[1]
-    if tag == "neg":
-        return f"-{_render(expr[1], 3)}"
-    if tag == "call":
-        return f"{expr[1]}({', '.join(_render(a) for a in expr[2])})"
-    level = _PRECEDENCE[tag]
-    body = f"{_render(expr[1], level)} {tag} {_render(expr[2], level, right=True)}"
-    return f"({body})" if level < outer or (right and level == outer) else body
-
-
 @attrs.frozen
 class CostModel:
     """A named cost expression over metrics, with parameters. Lower cost is better."""
 
     name: str
-    expression: Any = attrs.field(repr=False)
+    expression: Expr = attrs.field(repr=False)
     params: Mapping[str, float] = attrs.field(factory=dict)
     metrics: Mapping[str, Metric] = attrs.field(factory=registry, repr=False, eq=False)
     description: str = ""
@@ -236,10 +153,10 @@ class CostModel:
         if expression is None:
             raise CostModelError(f"{source}: no 'cost = ...' statement")
         found_params.update(params or {})
-        for n, line, col in sorted(_names(expression)):
-            if n not in found_params and n not in known:
+        for found in sorted(names(expression), key=lambda n: (n.name, n.line, n.column)):
+            if found.name not in found_params and found.name not in known:
                 raise CostModelError(
-                    f"{source}:{line}:{col}: unknown name {n!r}: not a param and not a metric "
+                    f"{source}:{found.line}:{found.column}: unknown name {found.name!r}: not a param and not a metric "
                     f"(metrics: {', '.join(sorted(known))})"
                 )
         return cls(
@@ -249,10 +166,10 @@ class CostModel:
     @property
     def names(self) -> frozenset[str]:
         """Metric names the expression uses."""
-        return frozenset(n for n, _, _ in _names(self.expression) if n not in self.params)
+        return frozenset(n.name for n in names(self.expression) if n.name not in self.params)
 
     def formula(self) -> str:
-        return _render(self.expression)
+        return render(self.expression)
 
     @property
     def semantic(self) -> frozenset[str]:
@@ -268,11 +185,11 @@ class CostModel:
         {'height': None, 'leaves': -1}
         """
         out: dict[str, Direction] = {}
-        for name, sign in sorted(_signs(self.expression, self.params).items()):
+        for name, sign in sorted(signs(self.expression, self.params).items()):
             structure = structure_of(self.metrics[name])
             if structure is None:
                 continue
-            out = _merge(out, {f: (None if sign is None else sign * d) for f, d in structure.directions.items()})
+            out = merge(out, {f: (None if sign is None else sign * d) for f, d in structure.directions.items()})
         return dict(sorted(out.items()))
 
     def shape_cost(self, shape: Shape) -> float:
@@ -290,7 +207,7 @@ class CostModel:
         return attrs.evolve(self, params={**self.params, **params})
 
     def evaluate_values(self, values: Mapping[str, float]) -> float:
-        return _eval(self.expression, {**values, **self.params})
+        return evaluate(self.expression, {**values, **self.params})
 
     def terms(self, tree: Tree, ctx: CostContext) -> dict[str, float]:
         return {n: float(self.metrics[n](tree, ctx)) for n in sorted(self.names)}
