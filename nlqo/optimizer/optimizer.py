@@ -30,7 +30,7 @@ from nlqo.pins import check_pins
 from nlqo.plan import ROOT, Cost, LeftOut, Plan, SearchStats, Tree
 from nlqo.prompts import planning
 from nlqo.relations import RelationCache, Relations, llm_asker, resolve
-from nlqo.rewrite import Rule, load_rules, rewrite
+from nlqo.rewrite import Program, Rule, load_rules, rewrite
 
 MAX_ATOMS = 1000
 """Atoms the optimizer plans by default; pair relations grow with the square of the count."""
@@ -38,6 +38,21 @@ MAX_ATOMS = 1000
 
 YES_NO = choice(("yes", "no"), name="yes-no")
 """A merge-check reply constrained: yes or no."""
+
+
+@attrs.frozen
+class _Searched:
+    """The search phase's outcome: the tree, and what the merge checks did to get it."""
+
+    tree: Tree
+    cost: Cost
+    stats: SearchStats
+    graph: JoinGraph
+    """The join graph the tree was found on: without the edges the merge checks rejected."""
+    warnings: tuple[str, ...]
+    merge_checks: int
+    merge_rejections: int
+    merge_usage: Usage
 
 
 @attrs.define(eq=False)
@@ -64,75 +79,96 @@ class Optimizer:
     """Constrain relation and merge-check replies to their allowed words where the LLM can."""
 
     def optimize(self, query: Query) -> Plan:
+        """The phases in order: admit, rewrite, relate atom pairs, search (with merge checks),
+        account for atoms left out, assemble and verify the plan."""
         started = time.perf_counter()
+        self._admit(query)
+        program = self._rewrite(query)
+        q = program.query
+        relations = self._relate(q)
+        searched = self._search_with_merge_checks(q, join_graph(q, relations.table), relations)
+        left_out, unplaced_warnings = self._left_out(q, searched.tree, searched.graph)
+        stats = attrs.evolve(
+            searched.stats,
+            planning_ms=(time.perf_counter() - started) * 1000,
+            llm_calls=relations.stats.llm_calls + searched.merge_usage.calls,
+            llm_usage=relations.stats.usage + searched.merge_usage,
+            cache_hits=relations.stats.cache_hits,
+            pruned_pairs=relations.stats.pruned_pairs,
+            merge_checks=searched.merge_checks,
+            merge_rejections=searched.merge_rejections,
+        )
+        if self.cache is not None:
+            self.cache.save()
+        plan = Plan(
+            query=q,
+            tree=searched.tree,
+            cost=searched.cost,
+            stats=stats,
+            left_out=program.left_out + left_out,
+            warnings=(*program.warnings, *searched.warnings, *unplaced_warnings),
+            relations=dict(relations.table),
+            relation_source=dict(relations.source),
+        )
+        return verify(plan, searched.graph)
+
+    def _admit(self, query: Query) -> None:
+        """Refuse what the optimizer will not plan, before any work."""
         if len(query.atoms) > self.max_atoms:
             raise LimitError(
                 f"the query has {len(query.atoms)} atoms, more than the optimizer plans ({self.max_atoms}; "
                 "raise it with --max-atoms N or Optimizer(max_atoms=N))"
             )
         check_pins(query.relations, source="<query>")
+
+    def _rewrite(self, query: Query) -> Program:
         program = rewrite(query, self.rules if self.rules is not None else load_rules())
-        q = program.query
-        check_pins(q.relations, source="<query after the rewrite rules>")
-        relations = resolve(
-            q, ask=llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None, cache=self.cache
-        )
-        graph = join_graph(q, relations.table)
+        check_pins(program.query.relations, source="<query after the rewrite rules>")
+        return program
+
+    def _relate(self, q: Query) -> Relations:
+        """Every atom pair's relation: pinned, inferred, cached, or asked of the LLM."""
+        ask = llm_asker(self.llm, constrained=self.constrained) if self.llm is not None else None
+        return resolve(q, ask=ask, cache=self.cache)
+
+    def _search_with_merge_checks(self, q: Query, graph: JoinGraph, relations: Relations) -> _Searched:
+        """The cheapest tree; with ``context_merge``, re-planned without each edge the LLM rejects in
+        the context of the plan, for at most ``max_merge_rounds`` rounds."""
         ctx = CostContext(q, relations.table, self.embedder)
-        warnings = list(program.warnings)
-        merge_checks = merge_rejections = 0
-        merge_usage = Usage()
+        warnings: list[str] = []
+        checks = rejections = 0
+        usage = Usage()
         for _ in range(self.max_merge_rounds + 1):
-            tree, cost, search_stats = self._search(q, graph, ctx)
-            if search_stats.fallback:
+            tree, cost, stats = self._search(q, graph, ctx)
+            if stats.fallback:
                 warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
-            elif search_stats.beam_dropped:
+            elif stats.beam_dropped:
                 warnings.append(
-                    f"the DP's beam ({self.beam} sub-plans a frontier) cut {search_stats.beam_dropped}: the plan may not be the cheapest"
+                    f"the DP's beam ({self.beam} sub-plans a frontier) cut {stats.beam_dropped}: the plan may not be the cheapest"
                 )
             if not (self.context_merge and self.llm is not None):
                 break
-            rejected, checks, usage = self._check_merges(q, tree, relations)
-            merge_checks += checks
-            merge_usage = merge_usage + usage
+            rejected, asked, used = self._check_merges(q, tree, relations)
+            checks += asked
+            usage = usage + used
             if rejected is None:
                 break
-            merge_rejections += 1
+            rejections += 1
             warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
             graph = graph.without(*rejected)
+        return _Searched(tree, cost, stats, graph, tuple(warnings), checks, rejections, usage)
+
+    def _left_out(self, q: Query, tree: Tree, graph: JoinGraph) -> tuple[tuple[LeftOut, ...], tuple[str, ...]]:
+        """The atoms no valid tree includes, each with its reason; an error when none is placed."""
         placed = {c for c, _ in tree.parent}
         unplaced = [a for a in q.ids if a not in placed]
         if q.atoms and not placed:
             reasons = "; ".join(f"{a}: {_why_left_out(a, placed, graph)}" for a in unplaced)
             raise OptimizeError(f"no atom can hang under the question, so there is nothing to plan ({reasons})")
-        if unplaced:
-            warnings.append(f"no valid tree includes {', '.join(unplaced)}: planned the largest joinable set")
-        left_out = program.left_out + tuple(
-            LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced
+        warnings = (
+            (f"no valid tree includes {', '.join(unplaced)}: planned the largest joinable set",) if unplaced else ()
         )
-        stats = attrs.evolve(
-            search_stats,
-            planning_ms=(time.perf_counter() - started) * 1000,
-            llm_calls=relations.stats.llm_calls + merge_usage.calls,
-            llm_usage=relations.stats.usage + merge_usage,
-            cache_hits=relations.stats.cache_hits,
-            pruned_pairs=relations.stats.pruned_pairs,
-            merge_checks=merge_checks,
-            merge_rejections=merge_rejections,
-        )
-        if self.cache is not None:
-            self.cache.save()
-        plan = Plan(
-            query=q,
-            tree=tree,
-            cost=cost,
-            stats=stats,
-            left_out=left_out,
-            warnings=tuple(warnings),
-            relations=dict(relations.table),
-            relation_source=dict(relations.source),
-        )
-        return verify(plan, graph)
+        return tuple(LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced), warnings
 
     def _search(self, q: Query, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
         model = self.cost_model
