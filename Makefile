@@ -8,8 +8,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NLQO := $(VENV)/bin/nlqo
-# The bundled model `nlqo ask` uses by default (nlqo/config.py DEFAULT_MODEL; docs/models.md says why).
-MODEL ?= $(shell sed -n 's/^DEFAULT_MODEL = "\(.*\)"/\1/p' nlqo/config.py)
+# The bundled model `nlqo ask` uses by default (the default of EngineConfig.model in nlqo/config.py,
+# the line after the field's name; docs/models.md says why).
+MODEL ?= $(shell sed -n '/^    model: /{n;s/^ *"\(.*\)",$$/\1/p;}' nlqo/config.py)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 

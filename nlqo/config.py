@@ -1,37 +1,77 @@
-"""One configuration value for the engine: what the CLI's options, the bench's variants and the
-Python API all describe, with one set of defaults. Build an engine from it with
-:meth:`nlqo.Engine.from_config` (or the parts with :mod:`nlqo.builder`).
+"""One configuration value for the engine, and the one place every default lives: the CLI's
+options, the bench's ablation flags, the executors and the Python API all take theirs from the
+fields of :class:`EngineConfig`. Build an engine from it with :meth:`nlqo.Engine.from_config` (or
+the parts with :mod:`nlqo.builder`); :mod:`nlqo.cli.options` turns the fields into command-line
+flags, so a new option is one field.
 
 >>> config = EngineConfig(cost_model="structural", params={"alpha": 5})
 >>> config.param_dict
 {'alpha': 5.0}
 >>> config.with_options(tau=0.8, alpha=2, cost_model="shallow").params
 (('alpha', 2.0),)
+>>> default("tau"), sorted({section(f.name) for f in attrs.fields(EngineConfig)})
+(0.85, ['execute', 'lower', 'model', 'optimize', 'parse', 'retrieve', 'statistics'])
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import attrs
 
 from nlqo.errors import ConfigError
-from nlqo.ir_grammar import MAX_ATOMS
-from nlqo.kinds import Operator, Policy
+from nlqo.kinds import QUANTIZATIONS, Operator, Policy, RetrievalMode, Runtime, TreeQuery
 
-DEFAULT_MODEL = "qwen2.5-coder-1.5b"
-"""The bundled model ``nlqo ask`` uses unless told otherwise; chosen by measurement (docs/models.md)."""
+SECTIONS = ("model", "retrieve", "parse", "optimize", "lower", "execute", "statistics")
+"""The sections of the configuration, in the order the CLI's help and docs/architecture.md list them."""
 
-RUNTIMES = ("auto", "llama-cpp", "transformers")
 STRATEGIES = ("auto", *Operator.values())
 """``auto`` (the policy chooses an operator by statistics) or one operator forced."""
-POLICIES = Policy.values()
-SIMPLE_PLANS = ("linear", "retrieve")
+SIMPLE_PLANS = (Operator.LINEAR.value, Operator.RETRIEVE.value)
 """What ``auto`` may run for a single-atom plan or a question that did not parse."""
-TREE_QUERIES = ("rewrite", "substitute")
-"""How a tree node's question is made (:class:`nlqo.execute.tree.TreeExecutor`)."""
-RETRIEVAL_MODES = ("dense", "bm25", "hybrid")
+RUNTIMES = Runtime.values()
+POLICIES = Policy.values()
+RETRIEVAL_MODES = RetrievalMode.values()
+TREE_QUERIES = TreeQuery.values()
+
+Style = Literal["value", "on-off", "switch", "negate", "list"]
+"""How a field is written on the command line: ``value`` (``--tau 0.8``), ``on-off`` (``--hold-options
+off``), ``switch`` (``--plan-steps`` sets it), ``negate`` (``--no-kv-reuse`` clears it), ``list``
+(``--param``/``--path``, repeatable)."""
+
+
+@attrs.frozen
+class Flag:
+    """How one field appears on the command line (:mod:`nlqo.cli.options` builds the argument)."""
+
+    names: tuple[str, ...]
+    style: Style = "value"
+    metavar: str | None = None
+    ablation: bool = False
+    """``nlqo bench`` also takes a comma-separated list of values, each a variant of linear, tree and auto."""
+
+    @property
+    def dest(self) -> str:
+        """The argparse attribute: the first long name, as argparse derives it."""
+        name = next((n for n in self.names if n.startswith("--")), self.names[0])
+        return name.lstrip("-").replace("-", "_")
+
+
+def _setting(
+    default: Any,
+    section: str,
+    help: str,
+    flag: Flag | None = None,
+    *,
+    choices: tuple[str, ...] | None = None,
+    converter: Any = None,
+) -> Any:
+    """A field with its default, section, help text, command-line flag and allowed values."""
+    assert section in SECTIONS, section
+    metadata = {"section": section, "help": help, "flag": flag, "choices": choices}
+    validator = attrs.validators.in_(choices) if choices else None
+    return attrs.field(default=default, validator=validator, converter=converter, metadata=metadata)
 
 
 def _params(value: Mapping[str, float] | tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
@@ -43,100 +83,272 @@ def _optional_path(value: str | Path | None) -> Path | None:
     return None if value is None else Path(value)
 
 
-_in = attrs.validators.in_
+def _strings(value: Any) -> tuple[str, ...]:
+    return tuple(str(x) for x in value)
 
 
 @attrs.frozen
 class EngineConfig:
-    """How nlqo plans and answers. Every field has the one default the CLI, the bench and the API share."""
+    """How nlqo plans and answers. Every field has the one default the CLI, the bench, the
+    executors and the API share; ``attrs.fields(EngineConfig).NAME.metadata`` holds its section,
+    help text and flag."""
 
-    model: str | None = DEFAULT_MODEL
-    """LLM: a bundled name, a local folder or .gguf, ``openai:MODEL@URL``, or ``BACKEND:SPEC`` of an
-    installed backend package (entry points ``nlqo.backends``). ``None``: planning without an LLM."""
-    runtime: str = attrs.field(default="auto", validator=_in(RUNTIMES))
-    """Local models: which runtime loads them."""
-    quantize: str = "none"
-    """Local models: ``int8`` quantizes the linear layers (docs/models.md)."""
-    threads: int | None = None
-    """CPU threads for the local model and the embedder (``None``: the runtime's own choice)."""
+    # --- model ------------------------------------------------------------------------------------
+    model: str | None = _setting(
+        "qwen2.5-coder-1.5b",
+        "model",
+        "LLM: a bundled model name, a local model folder or .gguf, openai:MODEL@URL, or BACKEND:SPEC of an "
+        "installed backend (None: planning without an LLM); the default was chosen by measurement (docs/models.md)",
+        Flag(("--model",), metavar="NAME"),
+    )
+    runtime: str = _setting(
+        Runtime.AUTO.value,
+        "model",
+        "local models: llama-cpp runs a GGUF model (bundled models are) as it is, in process; transformers runs "
+        "Hugging Face folders and is the float32 reference; auto picks llama-cpp for GGUF models (docs/models.md)",
+        Flag(("--runtime",)),
+        choices=RUNTIMES,
+    )
+    quantize: str = _setting(
+        "none",
+        "model",
+        "transformers only: int8 swaps linear layers for dynamically quantized ones, faster but LOSSY (it halved "
+        "the default model's EM, docs/models.md); not for benchmarks",
+        Flag(("--quantize",)),
+        choices=QUANTIZATIONS,
+    )
+    threads: int | None = _setting(
+        None,
+        "model",
+        "threads for the LLM (llama.cpp or torch) and the embedder (None: the machine's cores; two runs sharing a "
+        "machine must split them)",
+        Flag(("--threads",), metavar="N"),
+    )
 
-    index: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Index folder built by ``nlqo index`` (needed to answer, not to plan)."""
-    retrieval: str = attrs.field(default="hybrid", validator=_in(RETRIEVAL_MODES))
-    k: int = 3
-    """Passages retrieved per step."""
-    embedder: str | None = None
-    """Embedder for the ``similarity`` metric; ``None``: the index's own, else all-minilm-l6-v2."""
+    # --- retrieve ---------------------------------------------------------------------------------
+    index: Path | None = _setting(
+        None, "retrieve", "index folder built by 'nlqo index' (needed to answer, not to plan)", converter=_optional_path
+    )
+    retrieval: str = _setting(
+        RetrievalMode.HYBRID.value,
+        "retrieve",
+        "retrieval mode: dense, BM25, or both fused by reciprocal rank",
+        Flag(("--retrieval", "--mode")),
+        choices=RETRIEVAL_MODES,
+    )
+    k: int = _setting(3, "retrieve", "passages retrieved per step", Flag(("-k", "--k")))
+    embedder: str | None = _setting(
+        None,
+        "retrieve",
+        "embedder for retrieval and the similarity metric (None: the index's own, else all-minilm-l6-v2)",
+        Flag(("--embedder",), metavar="NAME"),
+    )
 
-    cost_model: str = "default"
-    """Cost model name (searched on ``path`` and ``NLQO_PATH``) or ``.cost`` file."""
-    params: tuple[tuple[str, float], ...] = attrs.field(default=(), converter=_params)
-    """Cost-model parameter overrides, e.g. ``{"alpha": 5}``."""
-    rules: str = "default"
-    """Rewrite-rule list name or ``.rules`` file; ``none`` runs no rule."""
-    path: tuple[str, ...] = attrs.field(default=(), converter=lambda p: tuple(str(x) for x in p))
-    """Extra folders searched for cost models and rule lists."""
-    budget: int = 50_000
-    """Sub-plan pairs the DP may consider before the greedy fallback."""
-    beam: int = 32
-    """Sub-plans the DP keeps per frontier."""
-    max_atoms: int = 1000
-    """Queries with more atoms are refused."""
-    relation_cache: bool = True
-    """Keep the LLM's answers about atom pairs across questions (in memory)."""
-    relations_cache: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Also persist them in this JSON file (safe with several processes)."""
-    context_merge: bool = False
-    """Confirm LLM-decided edges with the partial plan in the prompt."""
+    # --- parse ------------------------------------------------------------------------------------
+    repairs: int = _setting(
+        2, "parse", "times invalid IR is sent back to the LLM with its error", Flag(("--repairs",), metavar="N")
+    )
+    ir_cleanup: bool = _setting(
+        False,
+        "parse",
+        "unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before "
+        "validating it",
+        Flag(("--ir-cleanup",), "switch", ablation=True),
+    )
+    constrained: bool = _setting(
+        True,
+        "parse",
+        "constrain the LLM's IR (and its relation and merge-check answers) with grammars, so the IR is valid by "
+        "construction; off asks freely and repairs after the fact (docs/ir.md)",
+        Flag(("--constrained",), "on-off", ablation=True),
+    )
+    parse_atoms: int = _setting(
+        4, "parse", "atoms a constrained parse may write", Flag(("--parse-atoms",), metavar="N")
+    )
+    anchored: bool = _setting(
+        False,
+        "parse",
+        "a constrained parse's first atom names an entity of the question (measured, not kept: docs/ir.md)",
+        Flag(("--anchored",), "on-off"),
+    )
+    span_constants: bool = _setting(
+        False,
+        "parse",
+        "a constrained parse's constants are runs of the question's words; off: strings containing a word of the "
+        "question (measured with --anchored, not kept)",
+        Flag(("--span-constants",), "on-off"),
+    )
+    anchor_repairs: int = _setting(
+        0,
+        "parse",
+        "times IR whose atoms are linked to no entity of the question is sent back (if no repair anchors them, the "
+        "first such IR is kept with a warning)",
+        Flag(("--anchor-repairs",), metavar="N"),
+    )
+    max_question_chars: int = _setting(
+        2000,
+        "parse",
+        "longer questions are refused with a message (prompts and retrieval have no use for more)",
+        Flag(("--max-question-chars",), metavar="N"),
+    )
 
-    strategy: str = attrs.field(default="auto", validator=_in(STRATEGIES))
-    tau: float = 0.85
-    max_hops: int = 10
-    kv_reuse: bool = True
-    parallel: bool = True
-    workers: int | None = None
-    ir_cleanup: bool = False
-    plan_hints: bool = True
-    plan_steps: bool = False
-    """A plan lowered to the linear template: its atoms are the hops' questions (not generated)."""
-    question_first: bool = False
-    """The linear template's first hop retrieves with the question itself, before any sub-question
-    (its own demonstrations: :data:`nlqo.prompts.execution.LINEAR_QUESTION_FIRST`)."""
-    hold_options: bool = True
-    """A choice question's answer (``Which ..., A or B?``) that names no option, or both, is asked
-    again among the options (:mod:`nlqo.execute.choice`)."""
-    simple_plans: str = attrs.field(default="retrieve", validator=_in(SIMPLE_PLANS))
-    """``auto`` on a single-atom plan or an unparsed question: the linear template, or (``retrieve``)
-    one retrieval and one answer where its estimate is the cheapest."""
-    guard_rewrites: bool = True
-    tree_queries: str = attrs.field(default="substitute", validator=_in(TREE_QUERIES))
-    """Tree nodes' questions: the LLM rewrites each atom, or children's answers are substituted into it."""
-    repairs: int = 2
-    """Times invalid IR is sent back to the LLM with its error."""
-    constrained: bool = True
-    """Parse the question, classify relations and check merges under grammars where the LLM can
-    apply one (docs/ir.md: constrained parsing); off asks freely and repairs after the fact."""
-    parse_atoms: int = MAX_ATOMS
-    """Atoms a constrained parse may write."""
-    anchored: bool = False
-    """A constrained parse's first atom names a constant of the question (the generation grammar;
-    measured, not kept: docs/ir.md, anchoring)."""
-    span_constants: bool = False
-    """A constrained parse's constants are runs of the question's words (off: strings containing a
-    word of the question; measured with ``anchored``, not kept)."""
-    anchor_repairs: int = 0
-    """Times valid IR with atoms linked to no entity of the question is sent back to the LLM (if no
-    repair anchors them, the first such IR is kept with a warning, as it is at once with 0)."""
-    policy: str = attrs.field(default=Policy.BALANCED.value, validator=_in(POLICIES))
-    """How ``auto`` trades estimated quality for time (:mod:`nlqo.statistics.policy`)."""
-    time_budget: float | None = None
-    """``auto`` drops operators estimated to take more seconds than this (``None``: no budget)."""
-    statistics: Path | None = attrs.field(default=None, converter=_optional_path)
-    """Statistics file ``auto`` chooses by; ``None``: ``statistics.json`` beside the index, else the bundled defaults."""
-    measure_costs: bool | None = None
-    """Time the backend's per-token costs once for the lowering; ``None``: only for ``strategy="auto"``."""
-    max_question_chars: int = 2000
-    """Longer questions are refused with a message (prompts and retrieval have no use for more)."""
+    # --- optimize ---------------------------------------------------------------------------------
+    cost_model: str = _setting(
+        "default",
+        "optimize",
+        "cost model name (searched on --path and NLQO_PATH) or .cost file; 'structural' needs no embedder",
+        Flag(("--cost-model",), metavar="NAME|PATH", ablation=True),
+    )
+    params: tuple[tuple[str, float], ...] = _setting(
+        (),
+        "optimize",
+        "override a cost-model parameter, e.g. --param alpha=5 (repeatable)",
+        Flag(("--param",), "list", metavar="NAME=VALUE"),
+        converter=_params,
+    )
+    rules: str = _setting(
+        "default",
+        "optimize",
+        "rewrite-rule list name or .rules file; 'none' runs no rule",
+        Flag(("--rules",), metavar="NAME|PATH"),
+    )
+    path: tuple[str, ...] = _setting(
+        (),
+        "optimize",
+        "extra folder searched for cost models and rule lists (repeatable; also: NLQO_PATH)",
+        Flag(("--path",), "list", metavar="DIR"),
+        converter=_strings,
+    )
+    budget: int = _setting(
+        50_000, "optimize", "sub-plan pairs the DP may consider before falling back to greedy", Flag(("--budget",))
+    )
+    beam: int = _setting(32, "optimize", "sub-plans the DP keeps per frontier", Flag(("--beam",)))
+    max_atoms: int = _setting(
+        1000,
+        "optimize",
+        "queries with more atoms are refused (pair relations grow with the square of the count)",
+        Flag(("--max-atoms",), metavar="N"),
+    )
+    relation_cache: bool = _setting(
+        True,
+        "optimize",
+        "keep the LLM's answers about atom pairs across questions (in memory)",
+        Flag(("--relation-cache",), "on-off", ablation=True),
+    )
+    relations_cache: Path | None = _setting(
+        None,
+        "optimize",
+        "JSON file keeping LLM answers about atom pairs across runs (safe with several processes)",
+        Flag(("--relations-cache",), metavar="FILE"),
+        converter=_optional_path,
+    )
+    context_merge: bool = _setting(False, "optimize", "confirm LLM-decided edges with the partial plan in the prompt")
+
+    # --- lower ------------------------------------------------------------------------------------
+    strategy: str = _setting(
+        "auto",
+        "lower",
+        "auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, "
+        "iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade",
+        Flag(("--strategy",)),
+        choices=STRATEGIES,
+    )
+    simple_plans: str = _setting(
+        Operator.RETRIEVE.value,
+        "lower",
+        "auto (structural): a single-atom plan or an unparsed question runs the linear template, or one retrieval "
+        "and one answer (retrieve) where its estimate is the cheapest",
+        Flag(("--simple-plans",), ablation=True),
+        choices=SIMPLE_PLANS,
+    )
+    measure_costs: bool | None = _setting(
+        None, "lower", "time the backend's per-token costs once for the lowering (None: only for strategy auto)"
+    )
+
+    # --- execute ----------------------------------------------------------------------------------
+    tau: float = _setting(
+        0.85,
+        "execute",
+        "linear template: stop when a sub-question is this similar to an earlier one or the question",
+        Flag(("--tau",), ablation=True),
+    )
+    max_hops: int = _setting(10, "execute", "linear template: hop cap", Flag(("--max-hops",)))
+    kv_reuse: bool = _setting(
+        True,
+        "execute",
+        "linear template: reuse the KV state of the template's prefix (off recomputes the whole prompt at every "
+        "generation)",
+        Flag(("--no-kv-reuse",), "negate", ablation=True),
+    )
+    plan_hints: bool = _setting(
+        True,
+        "execute",
+        "linear template: show a lowered plan's atoms as plan-step hints",
+        Flag(("--no-plan-hints",), "negate", ablation=True),
+    )
+    plan_steps: bool = _setting(
+        False,
+        "execute",
+        "linear template: a lowered plan's atoms are the hops' questions, appended instead of generated",
+        Flag(("--plan-steps",), "switch", ablation=True),
+    )
+    question_first: bool = _setting(
+        False,
+        "execute",
+        "linear template: the first hop retrieves with the question itself, before any sub-question",
+        Flag(("--question-first",), "switch", ablation=True),
+    )
+    hold_options: bool = _setting(
+        True,
+        "execute",
+        "a choice question's answer (Which ..., A or B?) that names no option, or both, is asked again among the "
+        "options",
+        Flag(("--hold-options",), "on-off", ablation=True),
+    )
+    parallel: bool = _setting(
+        True, "execute", "tree: run independent nodes concurrently", Flag(("--sequential",), "negate", ablation=True)
+    )
+    workers: int | None = _setting(
+        None, "execute", "tree: concurrent nodes (None: min(CPU count, widest wave))", Flag(("--workers",))
+    )
+    guard_rewrites: bool = _setting(
+        True,
+        "execute",
+        "tree: use a node's atom when its rewritten question only repeats the main question",
+        Flag(("--no-guard-rewrites",), "negate", ablation=True),
+    )
+    tree_queries: str = _setting(
+        TreeQuery.SUBSTITUTE.value,
+        "execute",
+        "tree: each node's question is rewritten by the LLM, or made by substituting its children's answers into "
+        "its atom (the rewrite only where that fails)",
+        Flag(("--tree-queries",), ablation=True),
+        choices=TREE_QUERIES,
+    )
+
+    # --- statistics -------------------------------------------------------------------------------
+    policy: str = _setting(
+        Policy.BALANCED.value,
+        "statistics",
+        "auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, "
+        "fast the fastest; structural plans first and lowers by estimated cost (docs/statistics.md)",
+        Flag(("--policy",)),
+        choices=POLICIES,
+    )
+    time_budget: float | None = _setting(
+        None,
+        "statistics",
+        "auto: leave out operators estimated to take longer (seconds)",
+        Flag(("--time-budget",), metavar="SECONDS"),
+    )
+    statistics: Path | None = _setting(
+        None,
+        "statistics",
+        "auto: operator statistics from 'nlqo analyze' (None: statistics.json beside the index, else the bundled "
+        "defaults)",
+        Flag(("--statistics",), metavar="FILE"),
+        converter=_optional_path,
+    )
 
     @property
     def param_dict(self) -> dict[str, float]:
@@ -164,6 +376,20 @@ class EngineConfig:
                 shown = ", ".join(sorted(known | {"alpha"})[:3])
                 raise ConfigError(f"unknown engine option {name!r} (options: {shown}, ...)")
         try:
-            return attrs.evolve(self, params=params, **changes)
+            return attrs.evolve(self, params=_params(params), **changes)
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"bad engine option: {exc}") from None
+
+
+def default(name: str) -> Any:
+    """The default of field ``name``: what executors and the optimizer use when not told otherwise."""
+    return getattr(attrs.fields(EngineConfig), name).default
+
+
+def section(name: str) -> str:
+    """The section of field ``name``."""
+    return getattr(attrs.fields(EngineConfig), name).metadata["section"]
+
+
+DEFAULT_MODEL: str = default("model")
+"""The bundled model ``nlqo ask`` uses unless told otherwise; chosen by measurement (docs/models.md)."""

@@ -20,10 +20,11 @@ from __future__ import annotations
 import functools
 import re
 
+from nlqo.config import default
 from nlqo.llm.constrain import Constraint, lark_literal
 from nlqo.resources import builtin_dir
 
-MAX_ATOMS = 4
+MAX_ATOMS: int = default("parse_atoms")
 """Atoms a constrained reply may have unless told otherwise (the parse prompt asks for one to four)."""
 MAX_TARGETS = 2
 """Answer targets a constrained reply may name (a comparison names two)."""

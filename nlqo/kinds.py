@@ -1,5 +1,6 @@
-"""The closed vocabularies of the engine, as enums: relation kinds, their sources, trace step
-kinds, physical operators and EXPLAIN output formats.
+"""The closed vocabularies of the engine, as enums, in one module: relation kinds, their sources,
+trace step kinds, physical operators, policies, question classes, runtimes, quantizations,
+retrieval modes, tree-node questions and EXPLAIN output formats.
 
 Members are strings (``RelationKind.PARENT == "parent"``), so JSON, records and older callers
 that compare with plain strings keep working; ``str()`` and f-strings give the bare value.
@@ -14,9 +15,6 @@ from __future__ import annotations
 
 import enum
 import json  # noqa: F401  (used by the doctest)
-
-QUANTIZATIONS = ("none", "int8")
-"""What ``--quantize`` accepts for transformers models (docs/models.md)."""
 
 
 class _Word(str, enum.Enum):
@@ -112,3 +110,41 @@ class OutputFormat(_Word):
     DOT = "dot"
     HTML = "html"
     """One self-contained page (:mod:`nlqo.explain_html`)."""
+
+
+class Runtime(_Word):
+    """What loads a local model (docs/models.md)."""
+
+    AUTO = "auto"
+    """llama.cpp for GGUF models (bundled ones are), transformers for Hugging Face folders."""
+    LLAMA_CPP = "llama-cpp"
+    TRANSFORMERS = "transformers"
+
+
+class Quantization(_Word):
+    """What ``--quantize`` does to a transformers model (docs/models.md)."""
+
+    NONE = "none"
+    INT8 = "int8"
+    """Dynamically quantized linear layers: faster, and lossy."""
+
+
+QUANTIZATIONS = Quantization.values()
+
+
+class RetrievalMode(_Word):
+    """How an index is searched (docs/retrieval.md)."""
+
+    DENSE = "dense"
+    BM25 = "bm25"
+    HYBRID = "hybrid"
+    """Dense and BM25 rankings fused by reciprocal rank."""
+
+
+class TreeQuery(_Word):
+    """How a tree node's question is made (:class:`nlqo.execute.tree.TreeExecutor`)."""
+
+    REWRITE = "rewrite"
+    """The LLM rewrites the node's atom with its children's answers."""
+    SUBSTITUTE = "substitute"
+    """The children's answers are substituted into the atom (the rewrite only where that fails)."""

@@ -12,6 +12,7 @@ import re
 
 import attrs
 
+from nlqo.config import default
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.ir import Const, Query
 from nlqo.ir_grammar import MAX_ATOMS, ir_constraint, max_reply_bytes, question_words
@@ -192,12 +193,12 @@ def parse_question(
     question: str,
     llm: LLM,
     *,
-    repairs: int = 2,
+    repairs: int = default("repairs"),
     cleanup: bool = False,
     constrained: bool = True,
     max_atoms: int = MAX_ATOMS,
     anchored: bool = False,
-    anchor_repairs: int = 0,
+    anchor_repairs: int = default("anchor_repairs"),
     spans: bool = False,
 ) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.

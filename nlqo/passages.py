@@ -7,6 +7,8 @@ from typing import Protocol, Sequence, runtime_checkable
 import attrs
 import numpy as np
 
+from nlqo.config import default
+
 
 @attrs.frozen
 class Passage:
@@ -42,4 +44,4 @@ class Embedder(Protocol):
 class Retriever(Protocol):
     """Top-k search over a passage collection."""
 
-    def search(self, query: str, k: int = 3) -> list[Hit]: ...
+    def search(self, query: str, k: int = default("k")) -> list[Hit]: ...

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nlqo.cli.options import add_config_options
 from nlqo.errors import ConfigError
 from nlqo.kinds import Operator
 
@@ -42,18 +43,7 @@ def register(subparsers) -> None:
         metavar="LIST",
         help="comma-separated operators (default: %(default)s)",
     )
-    p.add_argument("--model", metavar="NAME", help="LLM, as for 'nlqo ask' (default: the project default)")
-    p.add_argument(
-        "--runtime",
-        default="auto",
-        choices=("auto", "llama-cpp", "transformers"),
-        help="as for 'nlqo ask' (default: %(default)s)",
-    )
-    p.add_argument("--threads", type=int, metavar="N", help="threads for the LLM and the embedder")
-    p.add_argument("-k", type=int, default=3, help="passages per retrieval (default: %(default)s)")
-    p.add_argument(
-        "--mode", choices=("dense", "bm25", "hybrid"), default="hybrid", help="retrieval mode (default: %(default)s)"
-    )
+    add_config_options(p, names=("model", "runtime", "threads", "k", "retrieval"))
     p.add_argument(
         "--cluster",
         metavar="local:N|tcp://HOST:PORT",
@@ -69,7 +59,6 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nlqo.cli import build_parser
-    from nlqo.config import DEFAULT_MODEL
 
     operators = [o.strip() for o in args.operators.split(",") if o.strip()]
     unknown = [o for o in operators if o not in Operator.values()]
@@ -81,11 +70,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'"
         )
-    model = args.model or DEFAULT_MODEL
+    model = args.model
     folder = args.records or args.index / RECORDS
     bench = [
         "bench", "--questions", args.questions, "--index", str(args.index), "--out", str(folder), "--limit", str(args.sample),
-        "--strategies", ",".join(operators), "--model", model, "--runtime", args.runtime, "-k", str(args.k), "--retrieval", args.mode,
+        "--strategies", ",".join(operators), "--model", model, "--runtime", args.runtime, "-k", str(args.k), "--retrieval", args.retrieval,
     ]  # fmt: skip
     bench += ["--threads", str(args.threads)] if args.threads else []
     bench += ["--cluster", args.cluster] if args.cluster else []

@@ -10,14 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from nlqo.cli.common import add_planning_options, add_runtime_options, config_from_args
+from nlqo.cli.options import add_ablation_options, add_config_options
 from nlqo.cli.repairs import shown_repairs
+from nlqo.config import DEFAULT_MODEL, default
 from nlqo.errors import ConfigError
 
 if TYPE_CHECKING:
     from nlqo.strategies import Strategy
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
-FALLBACK_MODEL = "qwen2.5-coder-1.5b"
 ABLATIONS = (
     "tau",
     "alpha",
@@ -98,24 +99,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="LIST",
         help="comma-separated strategies, options in brackets (default: %(default)s)",
     )
-    runs.add_argument(
-        "--model",
-        metavar="NAME",
-        help=f"LLM: bundled name, local folder, GGUF file or openai:MODEL@URL (default: the project default, {FALLBACK_MODEL})",
-    )
+    add_config_options(runs, names=("model", "embedder", "retrieval", "k"))
     add_runtime_options(runs)
-    runs.add_argument(
-        "--embedder", metavar="NAME", help="embedder (default: the index's; all-minilm-l6-v2 to build one)"
-    )
-    runs.add_argument(
-        "--retrieval",
-        choices=("dense", "bm25", "hybrid"),
-        default="hybrid",
-        help="retrieval mode for every strategy (default: %(default)s)",
-    )
-    runs.add_argument(
-        "--k", "-k", type=int, default=3, metavar="K", help="passages per retrieval (default: %(default)s)"
-    )
     runs.add_argument(
         "--seed", type=int, default=0, metavar="S", help="seed of the bootstrap intervals (default: %(default)s)"
     )
@@ -130,81 +115,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="local:N|tcp://HOST:PORT",
         help="run the questions on Dask workers: N local worker processes, or a running scheduler; each worker loads the model and index once, this process writes the records (docs/scale-out.md)",
     )
-    runs.add_argument(
-        "--policy",
-        choices=("quality", "balanced", "fast", "structural"),
-        help="auto: how it trades estimated quality for time (default: balanced; docs/statistics.md)",
-    )
-    runs.add_argument(
-        "--time-budget", type=float, metavar="SECONDS", help="auto: leave out operators estimated to take longer"
-    )
-    runs.add_argument(
-        "--statistics",
-        type=Path,
-        metavar="FILE",
-        help="auto: operator statistics from 'nlqo analyze' (default: statistics.json beside --index, else the bundled defaults)",
-    )
+    add_config_options(runs, sections=("statistics",))
     runs.add_argument("--judge", metavar="NAME", help="also grade answers with this LLM (same names as --model)")
     runs.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     ablation = p.add_argument_group("ablations (linear, tree, auto)")
-    ablation.add_argument("--tau", metavar="LIST", help="terminator thresholds, e.g. 0.8,0.85,0.9")
+    add_ablation_options(ablation, [name for name in ABLATIONS if name != "alpha"])
     ablation.add_argument("--alpha", metavar="LIST", help="similarity scales of the cost model, e.g. 1,5,10,20")
-    ablation.add_argument(
-        "--relation-cache",
-        metavar="on|off",
-        help="keep LLM answers about atom pairs across questions (on, off or on,off)",
-    )
-    ablation.add_argument(
-        "--parallel", metavar="on|off", help="run independent tree nodes concurrently (on, off or on,off)"
-    )
-    ablation.add_argument(
-        "--kv-reuse", metavar="on|off", help="reuse the KV cache of the template prefix (on, off or on,off)"
-    )
-    ablation.add_argument(
-        "--ir-cleanup",
-        metavar="on|off",
-        help="unquote quoted variables, drop repeated atom lines and a cut-off last line of the LLM's IR before validating it (default off)",
-    )
-    ablation.add_argument(
-        "--guard-rewrites",
-        metavar="on|off",
-        help="tree: use a node's atom when its rewrite only repeats the main question (default on)",
-    )
-    ablation.add_argument(
-        "--tree-queries",
-        metavar="LIST",
-        help="tree: node questions by LLM rewrite or by substituting children's answers (rewrite, substitute or rewrite,substitute)",
-    )
-    ablation.add_argument(
-        "--plan-steps",
-        metavar="on|off",
-        help="a plan lowered to the linear template: its atoms are the hops' questions (default off)",
-    )
-    ablation.add_argument(
-        "--simple-plans",
-        metavar="LIST",
-        help="auto: single-atom plans and unparsed questions by the linear template or one retrieval (linear, retrieve or linear,retrieve)",
-    )
-    ablation.add_argument(
-        "--question-first",
-        metavar="on|off",
-        help="linear template: the first hop retrieves with the question itself (default off)",
-    )
-    ablation.add_argument(
-        "--hold-options",
-        metavar="on|off",
-        help="a choice question's answer that names no option, or both, is asked again among the options (default on)",
-    )
-    ablation.add_argument(
-        "--plan-hints",
-        metavar="on|off",
-        help="show a plan lowered to the linear template its atoms as hints (default on)",
-    )
-    ablation.add_argument(
-        "--constrained",
-        metavar="on|off",
-        help="parse (and classify relations) under the IR's generation grammar (default on; docs/ir.md)",
-    )
     add_planning_options(p, variants=True)
     report = p.add_argument_group("report")
     report.add_argument(
@@ -293,11 +209,11 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
         cmd += ["--threads", str(args.threads)]
     for item in getattr(args, "param", None) or ():
         cmd += ["--param", item]
-    for flag, default in (("rules", "default"), ("budget", 50_000), ("beam", 32), ("max_atoms", 1000)):
-        if getattr(args, flag, default) != default:
+    for flag in ("rules", "budget", "beam", "max_atoms"):
+        if getattr(args, flag, default(flag)) != default(flag):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     for flag in ("policy", "time_budget", "statistics"):
-        if getattr(args, flag, None) is not None:
+        if getattr(args, flag, None) not in (None, default(flag)):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     for folder in getattr(args, "path", None) or ():
         cmd += ["--path", folder]
@@ -306,8 +222,6 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
 
 def default_model() -> str:
     """The project's default model."""
-    from nlqo.config import DEFAULT_MODEL
-
     return DEFAULT_MODEL
 
 
@@ -315,7 +229,8 @@ def bench_config(args: argparse.Namespace, model: str):
     """The :class:`~nlqo.config.EngineConfig` every strategy of the run starts from."""
     import attrs
 
-    return attrs.evolve(config_from_args(args), model=model, cost_model="default", embedder=None)
+    engine_args = argparse.Namespace(**{k: v for k, v in vars(args).items() if k not in ABLATIONS})
+    return attrs.evolve(config_from_args(engine_args), model=model, cost_model=default("cost_model"), embedder=None)
 
 
 def _bench(args: argparse.Namespace, specs: list[str]) -> int:

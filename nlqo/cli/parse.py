@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from nlqo.cli import common
+from nlqo.cli.options import add_config_options
 from nlqo.parser import parse_question
 from nlqo.questions import check_question
 
@@ -19,27 +20,7 @@ def register(subparsers) -> None:
         epilog='Example: nlqo parse "In which city was the director of the film Jaws born?" > q.nlqo && nlqo plan q.nlqo',
     )
     p.add_argument("question", help="the question, in quotes")
-    p.add_argument(
-        "--model",
-        default=common.DEFAULT_MODEL,
-        metavar="NAME",
-        help="bundled model, local model folder or .gguf, or openai:MODEL@URL (default: %(default)s)",
-    )
-    p.add_argument(
-        "--repairs", type=int, default=2, help="times invalid IR is sent back with its error (default: %(default)s)"
-    )
-    p.add_argument(
-        "--max-question-chars",
-        type=int,
-        default=2000,
-        metavar="N",
-        help="refuse longer questions (default: %(default)s)",
-    )
-    p.add_argument(
-        "--ir-cleanup",
-        action="store_true",
-        help="unquote quoted variables, drop repeated atom lines and a cut-off last line of each reply before validating it",
-    )
+    add_config_options(p, names=("model", "repairs", "max_question_chars", "ir_cleanup"))
     common.add_runtime_options(p)
     common.add_constrained_options(p)
     p.set_defaults(func=run)
@@ -54,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     result = parse_question(
         args.question,
         llm,
-        repairs=args.repairs,
-        cleanup=args.ir_cleanup,
+        repairs=config.repairs,
+        cleanup=config.ir_cleanup,
         constrained=config.constrained,
         max_atoms=config.parse_atoms,
         anchored=config.anchored,

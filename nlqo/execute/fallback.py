@@ -12,6 +12,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.answers import short_answer
+from nlqo.config import default
 from nlqo.execute.leaks import demo_leak, passage_texts
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.llm.base import LLM
@@ -71,7 +72,7 @@ def best_passages(result: RunResult, k: int) -> list[PassageRef]:
     return sorted(result.distinct_retrieved(), key=lambda r: -r.score)[:k]
 
 
-def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = 3, trace: Trace | None = None) -> RunResult:
+def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = default("k"), trace: Trace | None = None) -> RunResult:
     """``result`` itself when it has an answer that is not a demonstration's copied from the prompt;
     else the answer to one more call, constrained (where the backend can) to a span of the retrieved
     passages; else ``result`` marked :data:`NO_ANSWER`."""

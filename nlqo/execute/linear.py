@@ -16,6 +16,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.answers import short_answer, visible
+from nlqo.config import default
 from nlqo.execute.terminator import Terminator
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.kinds import StepKind
@@ -49,12 +50,12 @@ class LinearExecutor:
     retriever: Retriever
     embedder: Embedder
     """The retriever's own embedder, used by the terminator."""
-    k: int = 3
-    tau: float = 0.85
-    max_hops: int = 10
+    k: int = default("k")
+    tau: float = default("tau")
+    max_hops: int = default("max_hops")
     min_hops: int = 1
     """Hops run before the terminator may stop (the first sub-question often restates the question)."""
-    kv_reuse: bool = True
+    kv_reuse: bool = default("kv_reuse")
     template: LinearTemplate = LINEAR
     max_question_tokens: int = 40
     max_evidence_tokens: int = 60

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 
 import attrs
 
+from nlqo.config import default
 from nlqo.kinds import Operator
 from nlqo.llm.base import capabilities
 from nlqo.plan import ROOT, Plan
@@ -262,7 +263,7 @@ def lower(
     plan: Plan,
     profile: BackendProfile = BackendProfile(),
     *,
-    k: int = 3,
+    k: int = default("k"),
     force: str | None = None,
     simple: str = "linear",
 ) -> PhysicalPlan:

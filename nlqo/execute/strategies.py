@@ -15,7 +15,7 @@ from typing import Any
 
 import attrs
 
-from nlqo.config import EngineConfig
+from nlqo.config import EngineConfig, default
 from nlqo.execute.engine import Engine
 from nlqo.execute.trace import RunResult, Trace
 from nlqo.llm.base import LLM
@@ -38,7 +38,7 @@ def _builder(mode: str):
         retriever: Retriever,
         *,
         embedder: Embedder,
-        k: int = 3,
+        k: int = default("k"),
         name: str | None = None,
         config: EngineConfig | None = None,
         **options: Any,

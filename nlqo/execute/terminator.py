@@ -7,6 +7,7 @@ from typing import Sequence
 import attrs
 import numpy as np
 
+from nlqo.config import default
 from nlqo.passages import Embedder
 
 
@@ -27,7 +28,7 @@ class Terminator:
     """Stops when a new sub-question is as close as ``tau`` to the main question or an earlier one."""
 
     embedder: Embedder
-    tau: float = 0.85
+    tau: float = default("tau")
     _vectors: list[np.ndarray] = attrs.field(factory=list)
 
     def start(self, question: str) -> None:

@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 import attrs
 
 from nlqo.answers import short_answer, visible
-from nlqo.config import TREE_QUERIES
+from nlqo.config import TREE_QUERIES, default
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.llm.base import LLM, capabilities, chat_reusing_prefix
@@ -104,14 +104,14 @@ def default_workers(plan: Plan, concurrency: int = 1) -> int:
 class TreeExecutor:
     llm: LLM
     retriever: Retriever
-    k: int = 3
+    k: int = default("k")
     workers: int | None = None
     """Concurrent nodes; default :func:`default_workers`. ``parallel=False`` forces one."""
-    parallel: bool = True
-    guard_rewrites: bool = True
+    parallel: bool = default("parallel")
+    guard_rewrites: bool = default("guard_rewrites")
     """Replace a rewrite that only repeats the main question by the node's own atom (retrieving with
     the atom and its children's answers): small models often copy the main question."""
-    queries: str = attrs.field(default="substitute", validator=attrs.validators.in_(TREE_QUERIES))
+    queries: str = attrs.field(default=default("tree_queries"), validator=attrs.validators.in_(TREE_QUERIES))
     """``rewrite``: the LLM writes each node's question; ``substitute``: the children's answers are
     put into the atom (:func:`substitute`) and the LLM rewrites only where that fails."""
 

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from nlqo.kinds import QUANTIZATIONS
+from nlqo.kinds import QUANTIZATIONS, Runtime
 from nlqo.models.convert import cache_root
 from nlqo.models.registry import BUNDLED, BundledModel, Part, get_bundled
 from nlqo.models.resolve import Origin, ResolvedModel, bundled_dir, local_path, resolve_model
 
-RUNTIMES = ("auto", "llama-cpp", "transformers")
+RUNTIMES = Runtime.values()
 """What ``load_local(..., runtime=...)`` accepts; ``auto`` is llama.cpp for GGUF models, transformers otherwise."""
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ from typing import Callable, Iterator, Mapping
 
 import attrs
 
+from nlqo.config import default
 from nlqo.cost.shape import LEAF, ROOT, Shape, attach, finished
 from nlqo.optimizer.graph import JoinGraph
 
@@ -114,8 +115,8 @@ class DPResult:
 def search(
     graph: JoinGraph,
     *,
-    budget: int = 50_000,
-    beam: int = 32,
+    budget: int = default("budget"),
+    beam: int = default("beam"),
     directions: Mapping[str, int | None] | None = None,
     score: Score | None = None,
 ) -> DPResult:

@@ -15,6 +15,7 @@ from typing import Sequence
 
 import attrs
 
+from nlqo.config import default
 from nlqo.cost import CostContext, CostModel, load_cost_model
 from nlqo.errors import LimitError, OptimizeError
 from nlqo.ir import Query
@@ -32,7 +33,7 @@ from nlqo.prompts import planning
 from nlqo.relations import RelationCache, Relations, llm_asker, resolve
 from nlqo.rewrite import Program, Rule, load_rules, rewrite
 
-MAX_ATOMS = 1000
+MAX_ATOMS: int = default("max_atoms")
 """Atoms the optimizer plans by default; pair relations grow with the square of the count."""
 
 
@@ -66,9 +67,9 @@ class Optimizer:
     cache: RelationCache | None = None
     rules: Sequence[tuple[str, Rule]] | None = None
     """Rewrite rules (default: ``rules/default.rules``); ``()`` runs none."""
-    budget: int = 50_000
+    budget: int = default("budget")
     """Sub-plan pairs the DP may consider before the greedy fallback."""
-    beam: int = 32
+    beam: int = default("beam")
     """Sub-plans kept per frontier."""
     context_merge: bool = False
     """Ask the LLM to confirm LLM-decided edges of the chosen plan, with the plan in the prompt."""

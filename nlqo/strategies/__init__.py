@@ -18,7 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from nlqo.config import STRATEGIES as ENGINE_STRATEGIES, EngineConfig
+from nlqo.config import STRATEGIES as ENGINE_STRATEGIES, EngineConfig, default
 from nlqo.errors import ConfigError
 from nlqo.execute.trace import RunResult, Trace
 from nlqo.llm.base import LLM
@@ -125,7 +125,7 @@ def build_strategy(
     retriever: Retriever,
     *,
     embedder: Embedder | None = None,
-    k: int = 3,
+    k: int = default("k"),
     config: EngineConfig | None = None,
     **options: Any,
 ) -> Strategy:
