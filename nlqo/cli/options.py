@@ -56,7 +56,7 @@ def flagged(names: Iterable[str] | None = None, sections: Iterable[str] | None =
     return sorted(fields, key=lambda f: SECTIONS.index(f.metadata["section"]))
 
 
-def shown(value: Any, flag: Flag) -> str:
+def shown(value: Any) -> str:
     """A default as the user would type it."""
     if isinstance(value, bool):
         return "on" if value else "off"
@@ -73,14 +73,14 @@ def _type(field: attrs.Attribute) -> Any:
     return kind if kind in (int, float) else None
 
 
-def _help(field: attrs.Attribute, *, default_note: bool = True) -> str:
+def _help(field: attrs.Attribute) -> str:
     text: str = field.metadata["help"]
     flag: Flag = field.metadata["flag"]
     if flag.style == "negate":
         return f"turn off what is on by default: {text}"
-    if not default_note or flag.style in ("switch", "list") or field.default is None:
+    if flag.style in ("switch", "list") or field.default is None:
         return text  # a None default is explained in the text ("None: ...")
-    return f"{text} (default: {shown(field.default, flag)})"
+    return f"{text} (default: {shown(field.default)})"
 
 
 def add_config_options(
@@ -128,13 +128,13 @@ def add_ablation_options(group: argparse._ArgumentGroup, order: Iterable[str]) -
         values = (
             "on, off or on,off"
             if boolean
-            else "comma-separated, e.g. " + ",".join(field.metadata["choices"] or (shown(field.default, flag),))
+            else "comma-separated, e.g. " + ",".join(field.metadata["choices"] or (shown(field.default),))
         )
         group.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             metavar="on|off" if boolean else "LIST",
-            help=f"{field.metadata['help']} ({values}; default {shown(field.default, flag)})",
+            help=f"{field.metadata['help']} ({values}; default {shown(field.default)})",
         )
 
 
