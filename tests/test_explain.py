@@ -27,6 +27,17 @@ def mask(text: str) -> str:
     return re.sub(r"\d+\.\d+ ms", "<t> ms", text)
 
 
+def test_plan_without_model_loads_no_llm(monkeypatch, capsys):
+    # EngineConfig.model always has a default; plan must not load it unless --model is given
+    # (a machine with only the 135M model installed could not plan at all).
+    def refuse(config):
+        raise AssertionError(f"plan loaded {config.model} without --model")
+
+    monkeypatch.setattr("nlqo.cli.plan.load_model", refuse)
+    out = run_cli(capsys, "plan", str(EXAMPLES[0]), "--cost-model", "structural")
+    assert "cost" in out.lower()
+
+
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_text_matches_golden(example, capsys):
     out = mask(run_cli(capsys, "plan", str(example), "--cost-model", "structural", "--verbose"))

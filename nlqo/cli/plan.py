@@ -55,7 +55,8 @@ def register(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     query = common.read_ir(args.file)
     config = common.config_from_args(args)
-    optimizer = build_optimizer(config, llm=load_model(config) if config.model else None)
+    # The config's model always has a value (its default); plan asks an LLM only when told to.
+    optimizer = build_optimizer(config, llm=load_model(config) if args.model else None)
     plan = optimizer.optimize(query)
     ctx = CostContext(plan.query, plan.relations, optimizer.embedder)
     costs = explain.node_costs(plan, optimizer.cost_model, ctx)
