@@ -1,5 +1,5 @@
 """The closed vocabularies of the engine, as enums, in one module: relation kinds, their sources,
-trace step kinds, physical operators, policies, question classes, runtimes, quantizations,
+trace step kinds, stop reasons, physical operators, policies, question classes, runtimes, quantizations,
 retrieval modes, tree-node questions and EXPLAIN output formats.
 
 Members are strings (``RelationKind.PARENT == "parent"``), so JSON, records and older callers
@@ -61,6 +61,52 @@ class StepKind(_Word):
     LLM = "llm"
     RETRIEVE = "retrieve"
     STOP = "stop"
+
+
+class StopReason(_Word):
+    """Why a run stopped. A result's ``stop_reason`` is one of these, or several joined by
+    ``"; "`` (:func:`stop_reasons`) when a later stage adds its own, e.g.
+    ``parse_failed; terminator; fallback_answer``."""
+
+    ANSWER = "answer"
+    """The model gave its answer."""
+    MAX_ROUNDS = "max_rounds"
+    """A round-based strategy reached its round cap."""
+    EMPTY = "empty"
+    """The model generated nothing to continue with."""
+    MAX_HOPS = "max_hops"
+    """The linear template reached its hop cap."""
+    TERMINATOR = "terminator"
+    """TSSS's terminator: the new sub-question repeated an earlier one (similarity >= tau)."""
+    EMPTY_QUESTION = "empty_question"
+    """The linear template's model proposed an empty sub-question."""
+    ROOT_ANSWERED = "root_answered"
+    """The tree answered its root."""
+    PARSE_FAILED = "parse_failed"
+    """The question could not be parsed; the linear template answered without hints."""
+    FALLBACK_ANSWER = "fallback_answer"
+    """The answer was empty and was asked again from the passages (:mod:`nlqo.execute.fallback`)."""
+    NO_ANSWER = "no_answer"
+    """No answer even from the passages."""
+    HELD_TO_OPTIONS = "held_to_options"
+    """A choice question's answer was asked again among its options (:mod:`nlqo.execute.choice`)."""
+    CASCADE_RETRIEVE = "cascade: retrieve"
+    """The cascade stopped after one retrieval: its answer was supported."""
+    CASCADE_ITERATE = "cascade: iterate"
+    """The cascade stopped after iterating: the answer was supported and the rounds agreed."""
+    CASCADE_PLAN = "cascade: plan"
+    """The cascade escalated to the plan."""
+    ERROR = "error"
+    """The run raised (benchmark records only)."""
+
+
+def stop_reasons(*reasons: str) -> str:
+    """Reasons joined in the order the stages added them.
+
+    >>> stop_reasons(StopReason.PARSE_FAILED, "terminator")
+    'parse_failed; terminator'
+    """
+    return "; ".join(str(r) for r in reasons if r)
 
 
 class Operator(_Word):

@@ -26,7 +26,7 @@ import attrs
 from distributed import WorkerPlugin
 
 from nlqo.cluster import Connection, host_threads
-from nlqo.config import EngineConfig
+from nlqo.config import EngineConfig, default
 from nlqo.errors import ClusterError, ConfigError, IndexFileError, NlqoError
 from nlqo.eval.datasets import Question
 from nlqo.eval.runner import Bench, run_record
@@ -48,8 +48,8 @@ class Recipe:
     embedder: str | None = None
     """Embedder for the index's queries (``--embedder``); None: the index's own."""
     host_threads: tuple[tuple[str, int], ...] = ()
-    retrieval: str = "hybrid"
-    k: int = 3
+    retrieval: str = default("retrieval")
+    k: int = default("k")
     llm_cache: str | None = None
     judge: str | None = None
 

@@ -19,6 +19,7 @@ from nlqo.eval.datasets import Question
 from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.eval.metrics import evidence_recall, score
 from nlqo.execute.trace import RunResult
+from nlqo.kinds import Operator, StopReason
 from nlqo.storage import writing
 
 FILENAME = "records.jsonl"
@@ -71,7 +72,7 @@ def make_record(
         "forced_tokens": stats.get("forced_tokens", 0),
         "retrievals": stats.get("retrievals", 0),
         "hops": stats.get("hops", 0),
-        "stop_reason": stats.get("stop_reason", "error" if error else ""),
+        "stop_reason": stats.get("stop_reason", StopReason.ERROR if error else ""),
         "operator": result.physical.operator if result is not None and result.physical is not None else None,
         "plan_tree": result.plan_tree() if result is not None else None,
         "evidence_complete": None if recall is None else recall.complete,
@@ -109,10 +110,13 @@ def operator_of(record: dict[str, Any]) -> str | None:
     if "operator" in record:
         return record["operator"]
     reason = str(record.get("stop_reason", ""))
-    if reason == "root_answered":
-        return "tree"
-    if reason in ("terminator", "max_hops", "empty_question") and record.get("planning_ms", 0.0) > 0:
-        return "linear"
+    if reason == StopReason.ROOT_ANSWERED:
+        return Operator.TREE.value
+    if (
+        reason in (StopReason.TERMINATOR, StopReason.MAX_HOPS, StopReason.EMPTY_QUESTION)
+        and record.get("planning_ms", 0.0) > 0
+    ):
+        return Operator.LINEAR.value
     return None
 
 

@@ -24,12 +24,12 @@ import attrs
 
 from nlqo.execute.fallback import ask_again
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.kinds import StepKind
+from nlqo.kinds import StepKind, StopReason, stop_reasons
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import choice
 
 CHOICE_NODE = "choice"
-HELD = "held_to_options"
+HELD = StopReason.HELD_TO_OPTIONS
 """The ``stop_reason`` suffix of a run whose answer was asked again among the options."""
 MAX_PASSAGES = 8
 
@@ -131,7 +131,9 @@ def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, 
     if len(linked) == 1:
         note = f"the answer {result.answer!r} named no option; the run's own text names it with {linked[0]!r} only"
         trace.record(Step(node=CHOICE_NODE, kind=StepKind.STOP, text=linked[0], started_ms=trace.now_ms(), note=note))
-        return attrs.evolve(result, answer=linked[0], trace=trace.freeze(), stop_reason=f"{result.stop_reason}; {HELD}")
+        return attrs.evolve(
+            result, answer=linked[0], trace=trace.freeze(), stop_reason=stop_reasons(result.stop_reason, HELD)
+        )
     refs = distinct_passages(result, limit)
     if not refs:
         return result
@@ -139,4 +141,4 @@ def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, 
     answer = ask_again(llm, result.question, refs, choice(options, name="options"), trace, CHOICE_NODE, note)
     if len(named_options(answer, options)) != 1:
         return attrs.evolve(result, trace=trace.freeze())
-    return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=f"{result.stop_reason}; {HELD}")
+    return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=stop_reasons(result.stop_reason, HELD))

@@ -21,7 +21,7 @@ from nlqo.llm.base import LLM
 from nlqo.optimizer import Optimizer
 from nlqo.parser import parse_question
 from nlqo.ir import Atom, Const, Query, Var
-from nlqo.kinds import Operator, Policy
+from nlqo.kinds import Operator, Policy, stop_reasons
 from nlqo.operators import OPERATORS
 from nlqo.operators.retrieve import RETRIEVE
 from nlqo.statistics.features import question_class
@@ -367,7 +367,7 @@ class Engine:
                 else self.linear.run(question, trace=trace, strategy=strategy)
             )
             return attrs.evolve(
-                result, planning_ms=planned.planning_ms, stop_reason=f"{PARSE_FAILED}; {result.stop_reason}"
+                result, planning_ms=planned.planning_ms, stop_reason=stop_reasons(PARSE_FAILED, result.stop_reason)
             )
         physical = planned.physical
         result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)

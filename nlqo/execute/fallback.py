@@ -15,12 +15,13 @@ from nlqo.answers import short_answer
 from nlqo.config import default
 from nlqo.execute.leaks import demo_leak, passage_texts
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StopReason, stop_reasons
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import Constraint, constrained_chat, trie_choice
 from nlqo.passages import Passage
 from nlqo.prompts import execution
 
-NO_ANSWER = "no_answer"
+NO_ANSWER = StopReason.NO_ANSWER
 """The ``stop_reason`` suffix of a run that found no answer."""
 FALLBACK_NODE = "fallback"
 MAX_SPAN_WORDS = 6
@@ -100,5 +101,5 @@ def answer_or_fallback(result: RunResult, llm: LLM, *, k: int = default("k"), tr
         )
         if demo_leak(answer, texts):  # a backend that cannot constrain the reply copied it again
             answer = ""
-    reason = result.stop_reason + ("; fallback_answer" if answer else f"; {NO_ANSWER}")
+    reason = stop_reasons(result.stop_reason, StopReason.FALLBACK_ANSWER if answer else NO_ANSWER)
     return attrs.evolve(result, answer=answer, trace=trace.freeze(), stop_reason=reason)

@@ -19,7 +19,7 @@ from nlqo.answers import short_answer, visible
 from nlqo.config import default
 from nlqo.execute.terminator import Terminator
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.kinds import StepKind
+from nlqo.kinds import StepKind, StopReason
 from nlqo.llm.base import LLM
 from nlqo.llm.session import Session, TokenSession, open_session
 from nlqo.passages import Embedder, Retriever
@@ -91,7 +91,7 @@ class LinearExecutor:
         terminator.start(question)
         facts: list[str] = []
         supporting: dict[str, PassageRef] = {}
-        stop_reason, hops = "max_hops", 0
+        stop_reason, hops = StopReason.MAX_HOPS, 0
         if t.question_first:
             hops = 1
             facts.append(self._read(session, "hop-1", question, None, trace, supporting))
@@ -119,7 +119,7 @@ class LinearExecutor:
                         started_ms=trace.now_ms(),
                     )
                 )
-                stop_reason = "terminator" if sub else "empty_question"
+                stop_reason = StopReason.TERMINATOR if sub else StopReason.EMPTY_QUESTION
                 break
             hops = hop
             facts.append(self._read(session, node, query, score, trace, supporting))

@@ -8,7 +8,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
-from nlqo.kinds import StepKind
+from nlqo.kinds import StepKind, StopReason
 from nlqo.llm.base import ChatMessage, Usage
 from nlqo.passages import Hit
 
@@ -157,7 +157,7 @@ def progress_line(step: Step) -> str | None:
     return None
 
 
-PARSE_FAILED = "parse_failed"
+PARSE_FAILED = StopReason.PARSE_FAILED
 """Stop-reason prefix of a run whose question did not parse (it ran the linear template instead)."""
 
 

@@ -20,6 +20,7 @@ import attrs
 from nlqo.answers import short_answer, visible
 from nlqo.config import TREE_QUERIES, default
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
+from nlqo.kinds import StopReason
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.llm.base import LLM, capabilities, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever
@@ -153,7 +154,7 @@ class TreeExecutor:
             strategy=strategy,
             supporting=tuple(list(supporting.values())[: self.k]),
             trace=trace.freeze(),
-            stop_reason="root_answered",
+            stop_reason=StopReason.ROOT_ANSWERED,
             hops=len(tree.nodes) - 1,
             execution_ms=(time.perf_counter() - started) * 1000,
             plan=plan,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from nlqo.config import default
 from nlqo.index.build import BuildReport, build_index, passage_text
 from nlqo.index.chunking import Chunking, chunk_text
 from nlqo.index.corpus import Corpus, Fields
@@ -38,7 +39,7 @@ __all__ = [
 
 
 def open_retriever(
-    path: str | Path, mode: str = "hybrid", *, embedder: Embedder | str | None = None, verify: bool = True
+    path: str | Path, mode: str = default("retrieval"), *, embedder: Embedder | str | None = None, verify: bool = True
 ) -> Retriever:
     """Open the index at ``path`` and return its ``Retriever`` for ``mode``."""
     return make_retriever(Index.open(path, embedder=embedder, verify=verify), mode)

@@ -6,6 +6,7 @@ import attrs
 
 from typing import TYPE_CHECKING
 
+from nlqo.config import default
 from nlqo.index.fusion import HYBRID_DEPTH
 from nlqo.passages import Hit, Retriever
 
@@ -19,7 +20,7 @@ class DenseRetriever:
 
     index: Index
 
-    def search(self, query: str, k: int = 3) -> list[Hit]:
+    def search(self, query: str, k: int = default("k")) -> list[Hit]:
         return self.index.search(query, k)
 
 
@@ -29,7 +30,7 @@ class Bm25Retriever:
 
     index: Index
 
-    def search(self, query: str, k: int = 3) -> list[Hit]:
+    def search(self, query: str, k: int = default("k")) -> list[Hit]:
         return self.index.bm25_search(query, k)
 
 
@@ -40,14 +41,14 @@ class HybridRetriever:
     index: Index
     depth: int = HYBRID_DEPTH
 
-    def search(self, query: str, k: int = 3) -> list[Hit]:
+    def search(self, query: str, k: int = default("k")) -> list[Hit]:
         return self.index.hybrid_search(query, k, depth=self.depth)
 
 
 MODES: dict[str, type] = {"dense": DenseRetriever, "bm25": Bm25Retriever, "hybrid": HybridRetriever}
 
 
-def make_retriever(index: Index, mode: str = "hybrid") -> Retriever:
+def make_retriever(index: Index, mode: str = default("retrieval")) -> Retriever:
     """The retriever for ``mode`` (a key of ``MODES``)."""
     try:
         return MODES[mode](index)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import attrs
 
+from nlqo.config import default
 from nlqo.errors import IndexFileError
 from nlqo.index import atomic, dense
 from nlqo.index.bm25 import DIRNAME as BM25_DIR, Bm25
@@ -93,22 +94,24 @@ class Index:
                 self._embedder = loaded
             return self._embedder
 
-    def search(self, query: str, k: int = 3) -> list[Hit]:
+    def search(self, query: str, k: int = default("k")) -> list[Hit]:
         """Dense search: the ``k`` passages whose vectors are closest to the query's (cosine)."""
         return self._hits(self._dense_rows(query, k))
 
-    def bm25_search(self, query: str, k: int = 3) -> list[Hit]:
+    def bm25_search(self, query: str, k: int = default("k")) -> list[Hit]:
         """Lexical search: the ``k`` best BM25 matches (fewer if fewer share a term)."""
         return self._hits(self.bm25.search(query, k))
 
-    def hybrid_search(self, query: str, k: int = 3, *, depth: int = HYBRID_DEPTH, rrf_k: int = RRF_K) -> list[Hit]:
+    def hybrid_search(
+        self, query: str, k: int = default("k"), *, depth: int = HYBRID_DEPTH, rrf_k: int = RRF_K
+    ) -> list[Hit]:
         """Reciprocal rank fusion of the top ``max(depth, k)`` dense and BM25 results; score is the RRF score."""
         depth = max(depth, k)
         dense_rows = [row for row, _ in self._dense_rows(query, depth)]
         bm25_rows = [row for row, _ in self.bm25.search(query, depth)]
         return self._hits(reciprocal_rank_fusion([dense_rows, bm25_rows], k=rrf_k)[:k])
 
-    def retriever(self, mode: str = "hybrid") -> Retriever:
+    def retriever(self, mode: str = default("retrieval")) -> Retriever:
         """A ``Retriever`` over this index: ``mode`` is ``dense``, ``bm25`` or ``hybrid``."""
         from nlqo.index.retriever import make_retriever
 

@@ -16,7 +16,7 @@ import attrs
 
 from nlqo.execute.lower import estimate_retrieve
 from nlqo.execute.trace import Step, StepKind
-from nlqo.kinds import Operator
+from nlqo.kinds import Operator, StopReason, stop_reasons
 from nlqo.operators.base import at_root
 from nlqo.operators.iterate import ROUNDS, more_rounds, result
 from nlqo.operators.support import support
@@ -42,14 +42,14 @@ class Cascade:
         verdict = support(first.answers[0], question, passage_texts(trace))
         if verdict.supported:
             decide(trace, f"retrieve's answer: {verdict.reason}; stop")
-            return result(question, first, trace, strategy, started, "cascade: retrieve")
+            return result(question, first, trace, strategy, started, StopReason.CASCADE_RETRIEVE)
         decide(trace, f"retrieve's answer: {verdict.reason}; iterate")
         rounds = more_rounds(engine, question, trace, first, rounds=ROUNDS)
         verdict = support(rounds.answers[-1], question, passage_texts(trace))
         agree = len(set(rounds.answers)) == 1
         if verdict.supported and agree:
             decide(trace, f"iterate's answer: {verdict.reason}, rounds agree; stop")
-            return result(question, rounds, trace, strategy, started, "cascade: iterate")
+            return result(question, rounds, trace, strategy, started, StopReason.CASCADE_ITERATE)
         why = verdict.reason if not verdict.supported else "the rounds disagree"
         decide(trace, f"iterate's answer: {why}; plan")
         planned = engine.plan(question, strategy=PLANNED, trace=trace)
@@ -58,7 +58,7 @@ class Cascade:
         return attrs.evolve(
             done,
             strategy=strategy,
-            stop_reason=f"cascade: plan; {done.stop_reason}",
+            stop_reason=stop_reasons(StopReason.CASCADE_PLAN, done.stop_reason),
             execution_ms=total_ms - done.planning_ms,
         )
 

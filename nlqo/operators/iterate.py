@@ -12,7 +12,7 @@ import attrs
 from nlqo.answers import short_answer
 from nlqo.execute.lower import estimate_iterate
 from nlqo.execute.trace import RunResult, Trace
-from nlqo.kinds import Operator
+from nlqo.kinds import Operator, StopReason
 from nlqo.operators.base import at_root
 from nlqo.prompts.baselines import DOCS, STANDARD_RAG
 from nlqo.strategies.calls import chat, refs, retrieve, stop
@@ -65,7 +65,7 @@ class Iterate:
     def run(self, engine, question, physical, trace, strategy):
         started = time.perf_counter()
         done = more_rounds(engine, question, trace)
-        reason = stop(trace, f"round-{ROUNDS}", "max_rounds")
+        reason = stop(trace, f"round-{ROUNDS}", StopReason.MAX_ROUNDS)
         return result(question, done, trace, strategy, started, reason)
 
     def annotate(self, physical):

@@ -15,6 +15,7 @@ from typing import ClassVar
 import attrs
 
 from nlqo.execute.trace import RunResult, Trace
+from nlqo.kinds import StopReason
 from nlqo.llm.base import LLM
 from nlqo.passages import Hit, Retriever
 from nlqo.prompts.baselines import (
@@ -63,7 +64,7 @@ class NoRag:
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
         text = chat(self.llm, NO_RAG, trace, "answer", question=question)
-        reason = stop(trace, "answer", "answer")
+        reason = stop(trace, "answer", StopReason.ANSWER)
         return _result(self.name, question, short_answer(text, question), trace, started, stop_reason=reason)
 
 
@@ -80,7 +81,7 @@ class StandardRag:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
         hits = retrieve(self.retriever, question, self.k, trace, "round-1")
         text = chat(self.llm, STANDARD_RAG, trace, "round-1", reference=DOCS.render(hits), question=question)
-        reason = stop(trace, "round-1", "answer")
+        reason = stop(trace, "round-1", StopReason.ANSWER)
         return _result(
             self.name,
             question,
@@ -115,7 +116,7 @@ class IterRetGen:
             query = question if r == 1 else f"{question} {text}"
             hits = retrieve(self.retriever, query, self.k, trace, f"round-{r}")
             text = chat(self.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
-        reason = stop(trace, f"round-{self.rounds}", "max_rounds")
+        reason = stop(trace, f"round-{self.rounds}", StopReason.MAX_ROUNDS)
         return _result(
             self.name,
             question,
@@ -153,7 +154,7 @@ class IRCoT:
         pool: dict[str, Hit] = {}
         thoughts: list[str] = []
         context: list[Hit] = []
-        reason, hops, node = "max_rounds", 0, "round-1"
+        reason, hops, node = StopReason.MAX_ROUNDS, 0, "round-1"
         for r in range(1, self.max_rounds + 1):
             node = f"round-{r}"
             hits = retrieve(self.retriever, thoughts[-1] if thoughts else question, self.k, trace, node)
@@ -172,11 +173,11 @@ class IRCoT:
                 thoughts=_scratchpad(thoughts),
             ).strip()
             if not thought:
-                reason = "empty"
+                reason = StopReason.EMPTY
                 break
             thoughts.append(thought)
             if IRCOT_ANSWER_MARK in thought:
-                reason = "answer"
+                reason = StopReason.ANSWER
                 break
         stop(trace, node, reason)
         chain = " ".join(thoughts)
@@ -221,7 +222,7 @@ class SelfAsk:
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
         hits = retrieve(self.retriever, question, self.k, trace, "round-1")
-        hops, scratch, expect, reason, r = 1, "", INTERMEDIATE, "max_rounds", 1
+        hops, scratch, expect, reason, r = 1, "", INTERMEDIATE, StopReason.MAX_ROUNDS, 1
         for r in range(1, self.max_rounds + 1):
             text = complete(
                 self.llm, SELF_ASK, trace, f"round-{r}", stop=(expect,),
@@ -230,11 +231,11 @@ class SelfAsk:
             scratch += text if expect == INTERMEDIATE else _through_follow_up(text)
             expect = FOLLOW_UP if expect == INTERMEDIATE else INTERMEDIATE
             if not scratch:
-                reason = "empty"
+                reason = StopReason.EMPTY
                 break
             scratch = scratch.removesuffix("\n")
             if SELF_ASK_ANSWER_MARK in text:
-                reason = "answer"
+                reason = StopReason.ANSWER
                 break
             follow_up = _follow_up(text)
             if follow_up and r < self.max_rounds:

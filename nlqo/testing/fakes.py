@@ -8,6 +8,7 @@ from typing import Sequence
 
 import numpy as np
 
+from nlqo.config import default
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
 
@@ -39,7 +40,7 @@ class KeywordRetriever:
         self.passages = list(passages)
         self.queries: list[str] = []
 
-    def search(self, query: str, k: int = 3) -> list[Hit]:
+    def search(self, query: str, k: int = default("k")) -> list[Hit]:
         self.queries.append(query)
         q = set(words(query))
 
