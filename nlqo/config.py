@@ -248,8 +248,9 @@ class EngineConfig:
     strategy: str = _setting(
         "auto",
         "lower",
-        "auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one: retrieve, "
-        "iterate, linear (the TSSS template), tree (PlanRAG's parallel tree), cascade",
+        "auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one operator: "
+        + ", ".join(Operator.values())
+        + " (docs/architecture.md lists them)",
         Flag(("--strategy",)),
         choices=STRATEGIES,
     )

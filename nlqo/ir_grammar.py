@@ -139,7 +139,7 @@ def _relation(k: int) -> list[str]:
     return [f"rel{k}: " + " | ".join(lines)]
 
 
-def _chain(max_atoms: int, ending: str, anchored: bool = False) -> list[str]:
+def _chain(max_atoms: int, ending: str, anchored: bool = default("anchored")) -> list[str]:
     """``start`` and the rules after each atom: the next atom, or a relation line then ``ending``.
     With ``anchored`` the first atom names a constant (the grammar file's ``anchored`` triple)."""
     if max_atoms < 1:
@@ -154,7 +154,11 @@ def _chain(max_atoms: int, ending: str, anchored: bool = False) -> list[str]:
 
 
 def generation_grammar(
-    max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False
+    max_atoms: int = MAX_ATOMS,
+    question: str | None = None,
+    *,
+    anchored: bool = default("anchored"),
+    spans: bool = False,
 ) -> str:
     """The first stage: atoms, a relation line and the keyword ``answer`` (Lark, also read by llguidance).
     With ``anchored`` the first atom names a constant; ``spans``: :func:`constant_terminal`."""
@@ -162,7 +166,11 @@ def generation_grammar(
 
 
 def whole_grammar(
-    max_atoms: int = MAX_ATOMS, question: str | None = None, *, anchored: bool = False, spans: bool = False
+    max_atoms: int = MAX_ATOMS,
+    question: str | None = None,
+    *,
+    anchored: bool = default("anchored"),
+    spans: bool = False,
 ) -> str:
     """One grammar for a whole reply, answer line included, for servers that take a single grammar:
     the answer may name any variable (validation after the fact catches one no atom mentions)."""
@@ -219,7 +227,11 @@ def max_reply_bytes(max_atoms: int = MAX_ATOMS, question: str | None = None) -> 
 
 
 def ir_constraint(
-    question: str | None = None, max_atoms: int = MAX_ATOMS, *, anchored: bool = False, spans: bool = False
+    question: str | None = None,
+    max_atoms: int = MAX_ATOMS,
+    *,
+    anchored: bool = default("anchored"),
+    spans: bool = False,
 ) -> Constraint:
     """The parser's constraint: :func:`generation_grammar`, then :func:`answer_grammar`."""
     return Constraint(

@@ -194,12 +194,12 @@ def parse_question(
     llm: LLM,
     *,
     repairs: int = default("repairs"),
-    cleanup: bool = False,
-    constrained: bool = True,
+    cleanup: bool = default("ir_cleanup"),
+    constrained: bool = default("constrained"),
     max_atoms: int = MAX_ATOMS,
-    anchored: bool = False,
+    anchored: bool = default("anchored"),
     anchor_repairs: int = default("anchor_repairs"),
-    spans: bool = False,
+    spans: bool = default("span_constants"),
 ) -> ParseResult:
     """Ask ``llm`` for the IR of ``question``; on invalid IR send the error back, at most ``repairs`` times.
 

@@ -20,6 +20,7 @@ from typing import Callable, Iterator, Mapping
 
 import attrs
 
+from nlqo.config import default
 from nlqo.ir import Atom, Query, Var
 from nlqo.kinds import RelationKind, RelationSource
 from nlqo.llm.base import LLM, Usage, chat_reusing_prefix
@@ -247,7 +248,7 @@ RELATION_LABELS = choice(KINDS, name="relation")
 """The relation reply constrained: exactly one of the four words, nothing after it."""
 
 
-def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = True) -> Ask:
+def llm_asker(llm: LLM, *, retries: int = 1, constrained: bool = default("constrained")) -> Ask:
     """Ask ``llm`` for the relation of a pair; ``None`` when no reply is readable.
 
     With ``constrained`` (and a backend that can apply a grammar) the reply is one of the four

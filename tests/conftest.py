@@ -29,6 +29,64 @@ def pytest_collection_modifyitems(config, items):
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+ALLOWED_SKIPS = Path(__file__).with_name("allowed_skips.txt")
+"""Skips a CI run may have, one per line: ``reason | why it is allowed``; any other fails under CI=true."""
+IN_CI = os.environ.get("CI", "").strip().lower() in ("1", "true")
+
+
+def allowed_skips(path: Path = ALLOWED_SKIPS) -> dict[str, str]:
+    """Skip reason (the start of the message) -> why CI may skip it."""
+    allowed = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip() and not line.startswith("#"):
+            reason, sep, why = line.partition(" | ")
+            assert sep and reason.strip() and why.strip(), f"{path}:{n}: write 'reason | why'"
+            allowed[reason.strip()] = why.strip()
+    return allowed
+
+
+def skip_reason(report) -> str:
+    """The message of a skipped test's report."""
+    longrepr = report.longrepr
+    text = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return text.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip whose reason is not in tests/allowed_skips.txt fails the test."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
+        reason = skip_reason(report)
+        if not any(reason.startswith(allowed) for allowed in allowed_skips()):
+            report.outcome = "failed"
+            report.longrepr = f"skipped under CI=true: {reason!r} is not in tests/allowed_skips.txt"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """The same for a whole module skipped at collection (``pytest.importorskip`` at its top)."""
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped:
+        reason = skip_reason(report)
+        if not any(reason.startswith(allowed) for allowed in allowed_skips()):
+            report.outcome = "failed"
+            report.longrepr = f"skipped under CI=true: {reason!r} is not in tests/allowed_skips.txt"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Say how many tests skipped, and why, so that a skip is never silent."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        reasons[skip_reason(report)] = reasons.get(skip_reason(report), 0) + 1
+    terminalreporter.write_line(
+        f"skips: {len(skipped)}" + (" (CI=true: each one is allowed)" if IN_CI and skipped else "")
+    )
+    for reason, count in sorted(reasons.items()):
+        terminalreporter.write_line(f"  {count} x {reason}")
 
 
 @pytest.fixture(scope="session")

@@ -3,19 +3,19 @@ each stops, round caps, and what the trace records."""
 
 from __future__ import annotations
 
-import sys
-import types
 
 import attrs
 import pytest
 
 from nlqo.errors import ConfigError
 from nlqo.execute.trace import Trace
+from nlqo.kinds import Operator
 from nlqo.llm.base import Capabilities
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
 from nlqo.strategies import STRATEGIES, Named, build_strategy, parse_spec, spec_name, split_specs
 from nlqo.strategies.baselines import IRCoT, IterRetGen, NoRag, SelfAsk, StandardRag
+from nlqo.testing.fakes import HashEmbedder
 
 Q = "Who was the husband of the author of Frankenstein?"
 
@@ -215,7 +215,7 @@ def test_a_given_trace_collects_the_steps():
 
 def test_registry_builds_baselines_and_variants():
     assert STRATEGIES[:5] == ("no-rag", "standard-rag", "iter-retgen", "ircot", "self-ask")
-    assert STRATEGIES[5:] == ("auto", "linear", "tree", "retrieve", "iterate", "cascade")
+    assert STRATEGIES[5:] == ("auto", *Operator.values())  # every registered operator, forced by its name
     llm, retriever = ScriptedLLM([("Thought:", "So the answer is: X")]), FakeRetriever()
     plain = build_strategy("ircot", llm, retriever, k=4)
     assert isinstance(plain, IRCoT) and plain.k == 4 and plain.name == "ircot"
@@ -235,16 +235,24 @@ def test_registry_builds_baselines_and_variants():
 def test_planned_strategies_come_from_the_executor_module(monkeypatch):
     built = {}
 
-    def linear(llm, retriever, *, embedder, k, config=None, **options):
-        built.update(options, k=k, embedder=embedder)
+    def build(mode, llm, retriever, *, embedder, k, config=None, **options):
+        built.update(options, mode=mode, k=k, embedder=embedder)
         return NoRag(llm)
 
-    monkeypatch.setitem(sys.modules, "nlqo.execute.strategies", types.SimpleNamespace(linear=linear))
+    monkeypatch.setattr("nlqo.execute.strategies.build", build)
     strategy = build_strategy("linear[tau=0.8,kv_reuse=off]", ScriptedLLM([]), FakeRetriever(), embedder="E", k=5)
-    assert built == {"tau": 0.8, "kv_reuse": False, "k": 5, "embedder": "E"}
+    assert built == {"tau": 0.8, "kv_reuse": False, "mode": "linear", "k": 5, "embedder": "E"}
     assert strategy.name == "linear[tau=0.8,kv_reuse=off]"
-    with pytest.raises(ConfigError, match="'tree' is not available yet"):
-        build_strategy("tree", ScriptedLLM([]), FakeRetriever())
+
+
+def test_every_operator_is_a_strategy_the_harness_builds():
+    from nlqo.operators import OPERATORS
+    from nlqo.strategies import STRATEGIES
+
+    assert {str(o) for o in OPERATORS} | {"auto"} <= set(STRATEGIES)
+    for name in (*map(str, OPERATORS), "auto"):
+        strategy = build_strategy(name, ScriptedLLM([], default="x"), FakeRetriever(), embedder=HashEmbedder())
+        assert strategy.name == name and strategy.engine.config.strategy == name
 
 
 def test_spec_parsing_round_trips():

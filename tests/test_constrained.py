@@ -126,10 +126,10 @@ def test_relation_labels_come_only_from_the_allowed_set(llm):
     assert odd.text in KINDS
 
 
+@pytest.mark.parametrize("llm", ["llama-cpp"], indirect=True)  # transformers runs one request at a time
 def test_constrained_requests_decoded_together_equal_one_at_a_time(llm):
     """llama.cpp batches concurrent requests, forced runs included; outputs must not depend on it."""
-    if not hasattr(llm, "runtime"):
-        pytest.skip("transformers runs one request at a time")
+    assert hasattr(llm, "runtime")
     prompts = [planning.PARSE.messages(question=q) for q in QUESTIONS]
     sequential = [
         llm.fork().chat(m, max_tokens=3000, constraint=ir_constraint(q, 4)).text for q, m in zip(QUESTIONS, prompts)

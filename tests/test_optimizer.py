@@ -1,7 +1,5 @@
 """The optimizer against the brute-force oracle, its invariants, pins, limits and fallbacks."""
 
-import time
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -239,11 +237,10 @@ def test_every_dropped_atom_is_left_out_with_its_reason(tmp_path, capsys):
 
 @pytest.mark.parametrize("shape", [chain, star])
 def test_500_atom_chains_and_stars_plan_within_the_budget_with_the_fallback(shape):
-    started = time.perf_counter()
     p = check_plan(Optimizer(cost_model=STRUCTURAL, rules=()).optimize(shape(500)))
+    # The work is counted, not timed: the DP stops at its pair budget and greedy finishes the plan.
     assert p.stats.fallback and p.stats.method == "greedy" and p.stats.pairs <= p.stats.budget
     assert p.left_out == () and len(p.tree.parent) == 500
-    assert time.perf_counter() - started < 60
     if shape is chain:
         assert p.cost.terms["depth"] == 500  # the only tree a chain allows
 

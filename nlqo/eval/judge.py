@@ -6,6 +6,7 @@ from typing import Sequence
 
 import attrs
 
+from nlqo.config import default
 from nlqo.eval.metrics import yes_no
 from nlqo.llm.base import LLM
 from nlqo.llm.constrain import can_constrain, choice, constrained_chat
@@ -30,7 +31,7 @@ class LLMJudge:
 
     llm: LLM
     prompt: Prompt = JUDGE
-    constrained: bool = True
+    constrained: bool = default("constrained")
     """Constrain the verdict to yes or no where the LLM can (the reply is then one word)."""
 
     @property

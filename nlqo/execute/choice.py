@@ -29,9 +29,10 @@ from nlqo.llm.base import LLM
 from nlqo.llm.constrain import choice
 
 CHOICE_NODE = "choice"
-HELD = StopReason.HELD_TO_OPTIONS
+HELD: str = StopReason.HELD_TO_OPTIONS.value
 """The ``stop_reason`` suffix of a run whose answer was asked again among the options."""
 MAX_PASSAGES = 8
+"""Passages shown when a choice question is asked again among its options."""
 
 _WH = re.compile(r"(?:which|who|whose|what|where|when)\b", re.IGNORECASE)
 _OR = re.compile(r",? or ")

@@ -21,10 +21,11 @@ from nlqo.llm.constrain import Constraint, constrained_chat, trie_choice
 from nlqo.passages import Passage
 from nlqo.prompts import execution
 
-NO_ANSWER = StopReason.NO_ANSWER
+NO_ANSWER: str = StopReason.NO_ANSWER.value
 """The ``stop_reason`` suffix of a run that found no answer."""
 FALLBACK_NODE = "fallback"
 MAX_SPAN_WORDS = 6
+"""Longest run of passage words the fallback may give as the answer."""
 
 
 def spans(texts: Sequence[str], max_words: int = MAX_SPAN_WORDS) -> list[str]:

@@ -19,7 +19,7 @@ from nlqo.answers import short_answer, visible
 from nlqo.config import default
 from nlqo.execute.terminator import Terminator
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.kinds import StepKind, StopReason
+from nlqo.kinds import Operator, StepKind, StopReason
 from nlqo.llm.base import LLM
 from nlqo.llm.session import Session, TokenSession, open_session
 from nlqo.passages import Embedder, Retriever
@@ -77,7 +77,7 @@ class LinearExecutor:
         hints: Sequence[str] = (),
         steps: Sequence[str] = (),
         trace: Trace | None = None,
-        strategy: str = "linear",
+        strategy: str = Operator.LINEAR.value,
     ) -> RunResult:
         """Answer ``question``. ``hints`` are shown before each proposal; ``steps`` (a plan's atoms in
         execution order) are the first hops' questions themselves, appended instead of generated and

@@ -29,7 +29,7 @@ class BackendProfile:
     prefill_ms_per_token: float = 4.0
     decode_ms_per_token: float = 120.0
     concurrency: int = 1
-    kv_reuse: bool = True
+    kv_reuse: bool = default("kv_reuse")
     retrieve_ms: float = 15.0
     source: str = "assumed"
     batch_speedup: tuple[float, ...] = ()

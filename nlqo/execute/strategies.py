@@ -1,7 +1,8 @@
 """The engine's strategies in the shape the benchmark harness builds them.
 
-Each builder takes ``(llm, retriever, *, embedder, k, config=None, **options)`` and returns an
-object with ``name`` and ``run(question, trace=None) -> RunResult``. The engine is built by
+:func:`build` takes ``(mode, llm, retriever, *, embedder, k, config=None, **options)`` and returns an
+object with ``name`` and ``run(question, trace=None) -> RunResult``; ``mode`` is ``auto`` or any
+operator of :data:`nlqo.operators.OPERATORS`, so a new operator needs nothing here. The engine is built by
 :meth:`nlqo.Engine.from_config` from ``config`` (default :class:`~nlqo.config.EngineConfig`)
 changed by the options, which are config fields (``tau``, ``max_hops``, ``kv_reuse``,
 ``parallel``, ``workers``, ``relation_cache``, ``ir_cleanup``, ``plan_hints``,
@@ -32,30 +33,19 @@ class EngineStrategy:
         return self.engine.ask(question, strategy=self.mode, trace=trace)
 
 
-def _builder(mode: str):
-    def build(
-        llm: LLM,
-        retriever: Retriever,
-        *,
-        embedder: Embedder,
-        k: int = default("k"),
-        name: str | None = None,
-        config: EngineConfig | None = None,
-        **options: Any,
-    ) -> EngineStrategy:
-        base = config if config is not None else EngineConfig()
-        chosen = base.with_options(k=k, strategy=mode, measure_costs=mode == "auto", **options)
-        engine = Engine.from_config(chosen, llm=llm, retriever=retriever, embedder=embedder)
-        return EngineStrategy(name=name or mode, engine=engine, mode=mode)
-
-    build.__name__ = mode
-    build.__doc__ = f"The engine with --strategy {mode}."
-    return build
-
-
-linear = _builder("linear")
-tree = _builder("tree")
-auto = _builder("auto")
-retrieve = _builder("retrieve")
-iterate = _builder("iterate")
-cascade = _builder("cascade")
+def build(
+    mode: str,
+    llm: LLM,
+    retriever: Retriever,
+    *,
+    embedder: Embedder | None = None,
+    k: int = default("k"),
+    name: str | None = None,
+    config: EngineConfig | None = None,
+    **options: Any,
+) -> EngineStrategy:
+    """The engine with ``--strategy mode`` (``auto`` or any registered operator)."""
+    base = config if config is not None else EngineConfig()
+    chosen = base.with_options(k=k, strategy=mode, measure_costs=mode == "auto", **options)
+    engine = Engine.from_config(chosen, llm=llm, retriever=retriever, embedder=embedder)
+    return EngineStrategy(name=name or mode, engine=engine, mode=mode)

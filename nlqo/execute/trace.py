@@ -157,7 +157,7 @@ def progress_line(step: Step) -> str | None:
     return None
 
 
-PARSE_FAILED = StopReason.PARSE_FAILED
+PARSE_FAILED: str = StopReason.PARSE_FAILED.value
 """Stop-reason prefix of a run whose question did not parse (it ran the linear template instead)."""
 
 

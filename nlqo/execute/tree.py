@@ -20,7 +20,7 @@ import attrs
 from nlqo.answers import short_answer, visible
 from nlqo.config import TREE_QUERIES, default
 from nlqo.execute.trace import PassageRef, RunResult, Step, Trace
-from nlqo.kinds import StopReason
+from nlqo.kinds import Operator, StopReason
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.llm.base import LLM, capabilities, chat_reusing_prefix
 from nlqo.passages import Hit, Retriever
@@ -116,7 +116,7 @@ class TreeExecutor:
     """``rewrite``: the LLM writes each node's question; ``substitute``: the children's answers are
     put into the atom (:func:`substitute`) and the LLM rewrites only where that fails."""
 
-    def run(self, plan: Plan, *, trace: Trace | None = None, strategy: str = "tree") -> RunResult:
+    def run(self, plan: Plan, *, trace: Trace | None = None, strategy: str = Operator.TREE.value) -> RunResult:
         trace = trace or Trace()
         started = time.perf_counter()
         tree = plan.tree

@@ -7,6 +7,7 @@ from typing import Sequence
 HYBRID_DEPTH = 100
 """Hits of each retriever that hybrid search fuses."""
 RRF_K = 60
+"""Reciprocal rank fusion's constant (the usual 60)."""
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[int]], k: int = RRF_K) -> list[tuple[int, float]]:

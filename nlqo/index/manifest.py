@@ -15,6 +15,7 @@ from nlqo.paths import FILE, found
 FILENAME = "manifest.json"
 FORMAT = "nlqo-index"
 FORMAT_VERSION = 1
+"""Version of the manifest format; an index of another version must be rebuilt."""
 REBUILD = "rebuild it with:"
 """How every message about a damaged index ends, before the command that rebuilds it."""
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import Any, Callable
 
+from nlqo.config import default
 from nlqo.errors import ConfigError
 from nlqo.llm.base import LLM
 
@@ -47,7 +48,9 @@ def backends() -> dict[str, Loader]:
     return found
 
 
-def load_llm(name: str, *, runtime: str = "auto", quantize: str = "none", threads: int | None = None) -> LLM:
+def load_llm(
+    name: str, *, runtime: str = default("runtime"), quantize: str = default("quantize"), threads: int | None = None
+) -> LLM:
     """A backend by model name: ``SCHEME:SPEC`` of a registered backend, else a local model.
 
     ``runtime``, ``quantize`` and ``threads`` apply to local models; a registered backend gets

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Sequence
 import attrs
 import torch
 
+from nlqo.config import default
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
 from nlqo.llm.tokens import TokenLLM, TokenSegments, common_prefix
@@ -144,7 +145,7 @@ class TransformersLLM(TokenLLM):
         *,
         name: str | None = None,
         dtype: Any = None,
-        quantize: str = "none",
+        quantize: str = default("quantize"),
         prefix_cache_size: int = 8,
     ) -> "TransformersLLM":
         """Load a transformers model directory offline (float32 unless ``dtype`` says otherwise).

@@ -12,6 +12,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import attrs
 
+from nlqo.config import default
 from nlqo.llm.base import LLM, Completion, capabilities
 
 
@@ -66,7 +67,7 @@ class TextSession:
         return TextSession(self.llm, self._text)
 
 
-def open_session(llm: LLM, prefix: str, *, kv_reuse: bool = True) -> Session:
+def open_session(llm: LLM, prefix: str, *, kv_reuse: bool = default("kv_reuse")) -> Session:
     """A KV session when the backend declares sessions and ``kv_reuse`` is on; a :class:`TextSession` otherwise."""
     if kv_reuse and capabilities(llm).session:
         return llm.session(prefix)  # type: ignore[attr-defined]

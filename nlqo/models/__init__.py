@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nlqo.config import default
 from nlqo.kinds import QUANTIZATIONS, Runtime
 from nlqo.models.convert import cache_root
 from nlqo.models.registry import BUNDLED, BundledModel, Part, get_bundled
@@ -35,7 +36,7 @@ def load_transformers(
     name_or_path: str | Path,
     *,
     dtype: Any = None,
-    quantize: str = "none",
+    quantize: str = default("quantize"),
     cache_dir: Path | None = None,
     prefix_cache_size: int = 8,
     progress: bool = True,
@@ -51,9 +52,9 @@ def load_transformers(
 
 def choose_runtime(
     name_or_path: str | Path,
-    runtime: str = "auto",
+    runtime: str = default("runtime"),
     *,
-    quantize: str = "none",
+    quantize: str = default("quantize"),
     cache_dir: Path | None = None,
     progress: bool = True,
 ) -> tuple[str, Path | None]:
@@ -99,8 +100,8 @@ def choose_runtime(
 def load_local(
     name_or_path: str | Path,
     *,
-    runtime: str = "auto",
-    quantize: str = "none",
+    runtime: str = default("runtime"),
+    quantize: str = default("quantize"),
     threads: int | None = None,
     cache_dir: Path | None = None,
     prefix_cache_size: int = 8,

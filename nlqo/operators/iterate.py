@@ -18,6 +18,7 @@ from nlqo.prompts.baselines import DOCS, STANDARD_RAG
 from nlqo.strategies.calls import chat, refs, retrieve, stop
 
 ROUNDS = 3
+"""Rounds of retrieval and generation (iter-retgen's three)."""
 
 
 @attrs.frozen

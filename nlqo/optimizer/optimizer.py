@@ -71,12 +71,12 @@ class Optimizer:
     """Sub-plan pairs the DP may consider before the greedy fallback."""
     beam: int = default("beam")
     """Sub-plans kept per frontier."""
-    context_merge: bool = False
+    context_merge: bool = default("context_merge")
     """Ask the LLM to confirm LLM-decided edges of the chosen plan, with the plan in the prompt."""
     max_merge_rounds: int = 3
     max_atoms: int = MAX_ATOMS
     """Queries with more atoms are refused with a :class:`LimitError` before any work."""
-    constrained: bool = True
+    constrained: bool = default("constrained")
     """Constrain relation and merge-check replies to their allowed words where the LLM can."""
 
     def optimize(self, query: Query) -> Plan:

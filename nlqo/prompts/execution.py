@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import attrs
 
+from nlqo.config import default
 from nlqo.prompts.base import Prompt
 
 
@@ -32,7 +33,7 @@ class LinearTemplate:
     passage: str = "[{n}] {title}: {text}"
     passage_words: int = 80
     """Passages are cut to this many words in the prompt."""
-    question_first: bool = False
+    question_first: bool = default("question_first")
     """The first hop retrieves with the Main Question itself and states its fact before any
     sub-question is proposed (the demonstrations must show the same)."""
 

@@ -24,6 +24,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from nlqo.config import default
 from nlqo.errors import LimitError, NlqoError, ParseFailure, QuestionError
 from nlqo.questions import check_question
 from nlqo.serve.service import Busy, Cancelled, Closing, Service, Ticket
@@ -62,7 +63,7 @@ class ExplainRequest(_Request):
 
 class RetrieveRequest(_Request):
     query: str = Field(min_length=1)
-    k: int = Field(default=3, ge=1, le=50)
+    k: int = Field(default=default("k"), ge=1, le=50)
 
 
 def create_app(
@@ -70,8 +71,8 @@ def create_app(
     *,
     token: str | None = None,
     max_body: int = 65536,
-    strategy: str = "auto",
-    strategies: tuple[str, ...] = ("auto",),
+    strategy: str = default("strategy"),
+    strategies: tuple[str, ...] = (default("strategy"),),
     model: str = "",
     redact: tuple[str, ...] = (),
 ) -> FastAPI:

@@ -21,6 +21,7 @@ from nlqo.errors import ConfigError
 FILENAME = "statistics.json"
 FORMAT = "nlqo-statistics"
 VERSION = 1
+"""Version of the statistics file format; a file of another version is refused."""
 IDENTITY = ("model", "runtime", "embedder", "k", "retrieval", "index_digest")
 """What statistics must have been measured on to be used (``measured_on``)."""
 ALL = "all"

@@ -1,8 +1,8 @@
 """Question-answering strategies by name: the baselines and nlqo's own executors.
 
 A name may carry options in brackets, ``linear[tau=0.8,kv_reuse=off]``; the built strategy then
-reports that full name. ``linear``, ``tree`` and ``auto`` come from ``nlqo.execute.strategies``,
-imported only when one is built.
+reports that full name. The engine's strategies (``auto`` and each operator) are built by
+:func:`nlqo.execute.strategies.build`, imported only when one is built.
 
 >>> parse_spec("linear[tau=0.8,kv_reuse=off]")
 ('linear', {'tau': 0.8, 'kv_reuse': False})
@@ -12,7 +12,6 @@ imported only when one is built.
 
 from __future__ import annotations
 
-import importlib
 import re
 from typing import Any, Protocol, runtime_checkable
 
@@ -146,23 +145,12 @@ def build_strategy(
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"strategy {full!r}: {exc}") from exc
     elif base in PLANNED:
-        strategy = _planned(base)(llm, retriever, embedder=embedder, k=k, config=config, **options)
+        from nlqo.execute.strategies import build
+
+        strategy = build(base, llm, retriever, embedder=embedder, k=k, config=config, **options)
     else:
         raise ConfigError(f"unknown strategy {base!r} (choose from {', '.join(STRATEGIES)})")
     return strategy if full == base else Named(full, strategy)
-
-
-def _planned(name: str):
-    try:
-        module = importlib.import_module("nlqo.execute.strategies")
-    except ModuleNotFoundError as exc:
-        if exc.name != "nlqo.execute.strategies":
-            raise
-        module = None
-    builder = getattr(module, name, None)
-    if builder is None:
-        raise ConfigError(f"strategy {name!r} is not available yet: nlqo.execute.strategies does not define {name}()")
-    return builder
 
 
 def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> dict:
