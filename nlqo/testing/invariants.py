@@ -60,10 +60,6 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
                 _fail(f"the tree has a cycle through {nxt}")
             seen.add(nxt)  # type: ignore[arg-type]
             up = nxt  # type: ignore[assignment]
-    graph = join_graph(q, plan.relations)
-    for child, par in tree.parent:
-        if not graph.may_attach(par, child):
-            _fail(f"edge {par} -> {child} is not allowed by the relations ({_kind(plan, par, child)})")
     for r in q.relations:
         if r.kind == RelationKind.PARENT and r.right in parent and parent[r.right] != r.left:
             _fail(f"pin 'relation {r.left} parent {r.right}' not kept: {r.right} hangs under {parent[r.right]}")
@@ -83,6 +79,11 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
             _fail(
                 f"{child} hangs under the root but is no answer atom, mentions no answer variable and is pinned as no one's sibling that does"
             )
+    # after the pins and the root: the join graph also forbids what they forbid, less precisely
+    graph = join_graph(q, plan.relations)
+    for child, par in tree.parent:
+        if not graph.may_attach(par, child):
+            _fail(f"edge {par} -> {child} is not allowed by the relations ({_kind(plan, par, child)})")
     left_ids = [x.id for x in plan.left_out]
     if len(left_ids) != len(set(left_ids)):
         _fail(f"an atom is left out twice: {left_ids}")

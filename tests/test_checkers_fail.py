@@ -1,0 +1,167 @@
+"""Every clause of the public checkers is seen to fail: a hand-made broken plan, cost model or metric
+for each, rejected with that clause's message. A checker never seen to fail may not be able to."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import attrs
+import pytest
+
+from nlqo.cost import CostModel, Shape, load_cost_model, structural
+from nlqo.kinds import RelationKind
+from nlqo.optimizer import optimize
+from nlqo.plan import ROOT, LeftOut, Plan, Tree
+from nlqo.syntax import parse
+from nlqo.testing import InvariantError, check_cost_deterministic, check_monotone, check_plan
+
+STRUCTURAL = load_cost_model("structural")
+
+PINNED = parse(
+    'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nq3 = (?c, "capital of", ?n)\n'
+    'q4 = (?x, "directed", "Alien")\nrelation q2 parent q1\nrelation q4 none q1\nanswer ?c\n'
+)
+"""Planned as $root -> q2 -> q1 and $root -> q3; q4 is left out (it reaches no answer)."""
+SIBLINGS = parse(
+    'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nq3 = (?c, "capital of", ?n)\n'
+    "relation q2 sibling q3\nanswer ?c\n"
+)
+ANSWER_ATOM = parse('q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nanswer q2\n')
+
+
+def planned(query) -> Plan:
+    return check_plan(optimize(query, cost_model=STRUCTURAL), source=query)
+
+
+def with_tree(plan: Plan, parent: dict[str, str], **changes) -> Plan:
+    order = plan.tree.order + tuple(n for n in parent if n not in plan.tree.order)
+    return attrs.evolve(plan, tree=Tree.build(ROOT, parent, order), **changes)
+
+
+def with_relation(plan: Plan, pair: tuple[str, str], kind: RelationKind) -> dict:
+    relations = dict(plan.relations)
+    relations[pair] = kind
+    return relations
+
+
+def test_the_base_plans_are_as_the_cases_assume():
+    assert planned(PINNED).tree.parent == (("q1", "q2"), ("q2", ROOT), ("q3", ROOT))
+    assert planned(PINNED).left_out_ids == ("q4",)
+    assert planned(SIBLINGS).tree.parent == (("q1", "q2"), ("q2", ROOT), ("q3", ROOT))
+    assert planned(ANSWER_ATOM).tree.parent == (("q1", "q2"), ("q2", ROOT))
+
+
+def broken_plans():
+    p, s, a = planned(PINNED), planned(SIBLINGS), planned(ANSWER_ATOM)
+    yield "root", attrs.evolve(p, tree=attrs.evolve(p.tree, root="q2")), "the root is 'q2', not '$root'"
+    twice = Tree(ROOT, (("q1", "q2"), ("q1", ROOT), ("q2", ROOT), ("q3", ROOT)), p.tree.order)
+    yield "atom twice", attrs.evolve(p, tree=twice), "an atom appears twice in the tree"
+    yield (
+        "foreign atom",
+        with_tree(p, {"q1": "q2", "q2": ROOT, "q3": ROOT, "q9": ROOT}),
+        "q9 is in the tree but not in the plan's query",
+    )
+    dangling = Tree(ROOT, (("q1", "q7"), ("q2", ROOT), ("q3", ROOT)), p.tree.order)
+    yield "no way up", attrs.evolve(p, tree=dangling), "q7's parent chain does not reach the root"
+    cycle = Tree(ROOT, (("q1", "q2"), ("q2", "q1"), ("q3", ROOT)), p.tree.order)
+    yield "cycle", attrs.evolve(p, tree=cycle), "the tree has a cycle through q1"
+    yield (
+        "parent pin",
+        with_tree(
+            p, {"q1": "q3", "q2": ROOT, "q3": ROOT}, relations=with_relation(p, ("q1", "q3"), RelationKind.CHILD)
+        ),
+        "pin 'relation q2 parent q1' not kept: q1 hangs under q3",
+    )
+    yield (
+        "sibling pin",
+        with_tree(
+            s, {"q1": "q2", "q2": ROOT, "q3": "q2"}, relations=with_relation(s, ("q2", "q3"), RelationKind.PARENT)
+        ),
+        "pin 'relation q2 sibling q3' not kept: one hangs under the other",
+    )
+    yield (
+        "root child",
+        with_tree(s, {"q1": ROOT, "q2": ROOT, "q3": ROOT}),
+        "q1 hangs under the root but is no answer atom, mentions no answer variable",
+    )
+    yield (
+        "none pair as an edge",
+        with_tree(p, {"q1": "q2", "q2": ROOT, "q3": "q1"}),
+        "edge q1 -> q3 is not allowed by the relations (q1 none q3)",
+    )
+    yield "left out twice", attrs.evolve(p, left_out=p.left_out * 2), "an atom is left out twice: ['q4', 'q4']"
+    yield "answer atom", with_tree(a, {}), "answer atom q2 is neither under the root nor left out"
+    yield "no reason", attrs.evolve(p, left_out=(LeftOut("q4", ""),)), "q4 is left out without a reason"
+    placed = attrs.evolve(p, left_out=(*p.left_out, LeftOut("q3", "x")))
+    yield "placed and left out", placed, "['q3'] are both placed and left out"
+    yield "lost atom", with_tree(s, {"q1": "q2", "q2": ROOT}), "['q3'] are neither placed nor left out"
+
+
+CASES = list(broken_plans())
+
+
+@pytest.mark.parametrize("plan, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_check_plan_rejects_each_broken_plan_with_its_message(plan, message):
+    with pytest.raises(InvariantError, match=re.escape(message)):
+        check_plan(plan)
+
+
+def test_check_plan_sees_an_atom_lost_before_the_plan_only_with_the_source():
+    p = attrs.evolve(planned(PINNED), left_out=())  # q4 was dropped by a rewrite and then forgotten
+    assert check_plan(p) is p  # the plan's own query no longer holds q4
+    with pytest.raises(InvariantError, match=r"\['q4'\] are neither placed nor left out"):
+        check_plan(p, source=PINNED)
+
+
+def test_check_cost_deterministic_rejects_a_metric_with_hidden_state():
+    counter = itertools.count()
+    flaky = CostModel.parse("cost = depth + calls", name="flaky", metrics={"calls": lambda tree, ctx: next(counter)})
+    plan = optimize(SIBLINGS, cost_model=flaky)
+    with pytest.raises(InvariantError, match="cost model 'flaky' gives .* and then"):
+        check_cost_deterministic(flaky, plan)
+
+
+def test_check_cost_deterministic_rejects_a_metric_that_reads_dict_order():
+    def first_pair(tree, ctx):
+        return float(int(next(iter(ctx.relations))[0][1:]))  # which pair happens to come first
+
+    ordered = CostModel.parse("cost = depth + first", name="ordered", metrics={"first": first_pair})
+    plan = optimize(PINNED, cost_model=ordered)
+    with pytest.raises(InvariantError, match="cost model 'ordered' gives"):
+        for seed in range(20):  # some shuffle must change the first pair
+            check_cost_deterministic(ordered, plan, seed=seed)
+
+
+def test_check_cost_deterministic_rejects_a_plan_reporting_another_cost():
+    plan = planned(SIBLINGS)
+    wrong = attrs.evolve(plan, cost=attrs.evolve(plan.cost, total=plan.cost.total + 1))
+    with pytest.raises(InvariantError, match=f"the plan reports cost {plan.cost.total + 1}, the model gives"):
+        check_cost_deterministic(STRUCTURAL, wrong)
+    assert check_cost_deterministic(STRUCTURAL, plan) == plan.cost.total
+
+
+def test_check_monotone_rejects_each_broken_declaration():
+    @structural(leaves=1)
+    def falls_with_leaves(shape: Shape) -> float:
+        return -float(shape.leaves)
+
+    @structural(size=1)
+    def reads_height_too(shape: Shape) -> float:
+        return float(shape.size + shape.height)
+
+    def plain(tree, ctx) -> float:
+        return 0.0
+
+    shape = Shape(size=4, height=2, imbalance=1, edges=3, leaves=2)
+    with pytest.raises(InvariantError, match="declares direction \\+1 in leaves but goes -2.0 -> -3.0"):
+        check_monotone(falls_with_leaves, shape, "leaves")
+    with pytest.raises(
+        InvariantError, match="reads_height_too moves with height \\(6.0 -> 7.0\\) but does not declare it"
+    ):
+        check_monotone(reads_height_too, shape, "height")
+    with pytest.raises(InvariantError, match="'plain' is not declared structural"):
+        check_monotone(plain, shape, "size")
+    with pytest.raises(InvariantError, match="unknown field 'width'"):
+        check_monotone(reads_height_too, shape, "width")
+    check_monotone(reads_height_too, shape, "size")  # the declared direction holds
