@@ -24,7 +24,13 @@ True
 
 from nlqo.testing.fakes import PASSAGES, HashEmbedder, KeywordRetriever, ScriptedLLM
 from nlqo.testing.fixtures import check_rule_file, rule_cases
-from nlqo.testing.invariants import InvariantError, check_cost_deterministic, check_monotone, check_plan
+from nlqo.testing.invariants import (
+    InvariantError,
+    check_cost_deterministic,
+    check_cost_formula,
+    check_monotone,
+    check_plan,
+)
 from nlqo.testing.oracle import all_trees, cheapest
 
 __all__ = [
@@ -35,6 +41,7 @@ __all__ = [
     "ScriptedLLM",
     "all_trees",
     "check_cost_deterministic",
+    "check_cost_formula",
     "check_monotone",
     "check_plan",
     "check_rule_file",

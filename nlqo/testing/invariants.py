@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import ast
+import math
 import random
-from typing import Mapping
+from typing import Callable, Mapping
 
 import attrs
 
@@ -13,7 +15,6 @@ from nlqo.cost.metrics import Metric, structure_of
 from nlqo.cost.shape import FIELDS, Shape
 from nlqo.ir import Query, Var
 from nlqo.kinds import RelationKind
-from nlqo.optimizer.graph import join_graph
 from nlqo.passages import Embedder
 from nlqo.plan import ROOT, Plan, Tree
 
@@ -31,8 +32,8 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
 
     * a tree rooted at the question over the kept atoms: each placed atom once, every parent
       chain reaching the root (so no cycle), every placed atom in the plan's query;
-    * only edges the pair relations allow (the join graph), so no ``none`` or ``sibling`` pair
-      is parent and child;
+    * only edges the pair relations allow (read from ``plan.relations``, not from the optimizer's
+      join graph), so no ``none`` or ``sibling`` pair is parent and child;
     * pins respected: an atom pinned under a parent hangs under it;
     * the answer at the root: each child of the root is an answer atom, mentions an answer
       variable or is pinned as the sibling of one that does, and an answer atom that is not
@@ -79,11 +80,11 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
             _fail(
                 f"{child} hangs under the root but is no answer atom, mentions no answer variable and is pinned as no one's sibling that does"
             )
-    # after the pins and the root: the join graph also forbids what they forbid, less precisely
-    graph = join_graph(q, plan.relations)
+    # Read from the relations here, not from the optimizer's join graph: a checker that shared the
+    # optimizer's code would share its bugs. (The root's children are checked above.)
     for child, par in tree.parent:
-        if not graph.may_attach(par, child):
-            _fail(f"edge {par} -> {child} is not allowed by the relations ({_kind(plan, par, child)})")
+        if par != ROOT and (kind := _relation(plan, par, child)) != RelationKind.PARENT:
+            _fail(f"edge {par} -> {child} is not allowed by the relations ({par} {kind} {child})")
     left_ids = [x.id for x in plan.left_out]
     if len(left_ids) != len(set(left_ids)):
         _fail(f"an atom is left out twice: {left_ids}")
@@ -107,11 +108,11 @@ def check_plan(plan: Plan, *, source: Query | None = None) -> Plan:
     return plan
 
 
-def _kind(plan: Plan, a: str, b: str) -> str:
-    if a == ROOT:
-        return f"{b} is not an answer atom"
-    kind = plan.relations.get((a, b)) or RelationKind(plan.relations.get((b, a), RelationKind.NONE)).flip()
-    return f"{a} {kind} {b}"
+def _relation(plan: Plan, a: str, b: str) -> RelationKind:
+    """How ``a`` relates to ``b`` by the plan's relations (``none`` when they say nothing)."""
+    if (a, b) in plan.relations:
+        return RelationKind(plan.relations[(a, b)])
+    return RelationKind(plan.relations.get((b, a), RelationKind.NONE)).flip()
 
 
 def check_cost_deterministic(model: CostModel, plan: Plan, *, embedder: Embedder | None = None, seed: int = 0) -> float:
@@ -135,6 +136,55 @@ def check_cost_deterministic(model: CostModel, plan: Plan, *, embedder: Embedder
     if abs(first.total - plan.cost.total) > 1e-9 * max(1.0, abs(first.total)):
         _fail(f"the plan reports cost {plan.cost.total}, the model gives {first.total}")
     return first.total
+
+
+_OPERATORS: dict[type, Callable[[float, float], float]] = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+    ast.Div: lambda a, b: a / b if b else math.inf,
+}
+_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs, "log": math.log}
+
+
+def _second_opinion(node: ast.AST, env: Mapping[str, float]) -> float:
+    """Python's own parse of a rendered cost formula, evaluated here: a second implementation
+    that shares nothing with :func:`nlqo.cost.expr.evaluate`."""
+    match node:
+        case ast.Expression(body):
+            return _second_opinion(body, env)
+        case ast.Constant(value) if isinstance(value, (int, float)):
+            return float(value)
+        case ast.Name(id):
+            return float(env[id])
+        case ast.UnaryOp(ast.USub(), operand):
+            return -_second_opinion(operand, env)
+        case ast.UnaryOp(ast.UAdd(), operand):
+            return _second_opinion(operand, env)
+        case ast.BinOp(left, op, right):
+            return _OPERATORS[type(op)](_second_opinion(left, env), _second_opinion(right, env))
+        case ast.Call(ast.Name(name), args):
+            return float(_FUNCTIONS[name](*(_second_opinion(a, env) for a in args)))
+    raise InvariantError(f"cannot read {ast.dump(node)} in a rendered cost formula")
+
+
+def check_cost_formula(model: CostModel, plan: Plan, *, embedder: Embedder | None = None) -> float:
+    """The plan's cost, recomputed from its terms by a second evaluator of the model's formula,
+    agrees with the cost model's own evaluation; so does each parameter changed with
+    ``with_params`` (a parameter that does not take effect is seen). Returns the total."""
+    ctx = CostContext(plan.query, dict(plan.relations), embedder)
+    formula = ast.parse(model.formula(), mode="eval")
+    changes: list[dict[str, float]] = [{}] + [{name: value + 1.5} for name, value in sorted(model.params.items())]
+    for params in changes:
+        variant = model.with_params(**params) if params else model
+        cost = variant.evaluate(plan.tree, ctx)
+        expected = _second_opinion(formula, {**cost.terms, **model.params, **params})
+        if not math.isclose(cost.total, expected, rel_tol=1e-9, abs_tol=1e-9):
+            shown = f" with {params}" if params else ""
+            _fail(
+                f"cost model {model.name!r}{shown} gives {cost.total}; its formula {model.formula()} gives {expected}"
+            )
+    return model.evaluate(plan.tree, ctx).total
 
 
 def check_monotone(metric: Metric, shape: Shape, field: str, step: int = 1) -> None:
