@@ -14,7 +14,7 @@ MODEL ?= $(shell sed -n '/^    model: /{n;s/^ *"\(.*\)",$$/\1/p;}' nlqo/config.p
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
+.PHONY: mutation demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -186,3 +186,12 @@ statistics-%: install $(VENV)/.model-$(MODEL)
 		--skip $(STAT_SAMPLE) --strategies auto,iter-retgen --limit $$(($(STAT_SAMPLE) + $(STAT_PAIRED)))
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --index $(STAT_OUT)/$*/index --out $(STAT_OUT)/$*/heldout --model $(MODEL) --statistics $(STAT_OUT)/$*/statistics.json \
 		--skip $(STAT_SAMPLE) --strategies auto --limit $(BENCH_LIMIT)
+
+# Issue 42's mutation run (docs/testing.md): mutmut over the engine core ([tool.mutmut] in
+# pyproject.toml), then the report between docs/testing.md's mutation-report markers. Hours of CPU
+# on 2 cores; mutmut keeps its verdicts in mutants/ and re-tests only functions that changed, so a
+# killed run resumes. Not part of `make test` or CI (it does not fit CI's time).
+mutation: install-test
+	$(PY) -m pip install --quiet mutmut==3.8.1
+	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2; \
+	$(PY) scripts/mutation_report.py --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md
