@@ -23,6 +23,7 @@ from nlqo.testing.oracles import (
 )
 from nlqo.testing.fakes import HashEmbedder
 from nlqo.testing.strategies import chain, plan, queries, star
+from nlqo.testing.world import MOVIES, World, check_differential
 
 STRUCTURAL = load_cost_model("structural")
 MODELS = st.sampled_from(
@@ -90,3 +91,23 @@ def test_the_cache_oracle_refuses_a_torn_file(tmp_path):
         RelationCache.open(path)
     (tmp_path / "fresh").mkdir()
     check_relation_cache_round_trip(star(3), folder=tmp_path / "fresh")
+
+
+@pytest.mark.parametrize("question", sorted(MOVIES.questions))
+def test_every_plan_and_lowering_gives_the_worlds_answer(question):
+    assert check_differential(MOVIES, question) == MOVIES.questions[question][1]
+
+
+def test_the_differential_check_fails_when_the_world_disagrees():
+    wrong = World(MOVIES.facts, {q: (ir, "Paris") for q, (ir, _) in MOVIES.questions.items()})
+    question = "In which town was the director of Alien born?"
+    with pytest.raises(
+        InvariantError, match="is 'Paris' in the world, but tree, structural, budget 50000: 'South Shields'"
+    ):
+        check_differential(wrong, question)
+
+
+def test_the_world_solves_atoms_with_bindings():
+    assert MOVIES.solve("?d directed Jaws", {}) == (("Steven Spielberg", "directed", "Jaws"), {"d": "Steven Spielberg"})
+    assert MOVIES.solve("?d born in ?c", {}) is None  # two facts match: ambiguous
+    assert MOVIES.solve("?d born in ?c", {"d": "Ridley Scott"})[1] == {"d": "Ridley Scott", "c": "South Shields"}

@@ -10,6 +10,11 @@
 * :mod:`nlqo.testing.oracle` - :func:`cheapest`, the brute-force optimum to compare a plan with.
 * :mod:`nlqo.testing.fixtures` - :func:`check_rule_file`, the golden-fixture runner for rewrite rules.
 * :mod:`nlqo.testing.fakes` - :class:`ScriptedLLM`, :class:`HashEmbedder`, :class:`KeywordRetriever`.
+* :mod:`nlqo.testing.oracles` - metamorphic oracles (optimality, the cost formula, invariance,
+  search monotonicity, the relation cache, merge checks); :mod:`nlqo.testing.world` - a fake world
+  in which every plan of a question must give the same, true answer (differential runs).
+* :mod:`nlqo.testing.bugs` - seeded optimizer bugs, and :func:`~nlqo.testing.bugs.sweep`, which
+  runs the whole kit; docs/testing.md shows which check catches which bug.
 
 ``docs/testing.md`` is a tutorial; its code runs as a test.
 

@@ -43,6 +43,7 @@ from nlqo.testing.oracles import (
     check_search_monotone,
 )
 from nlqo.testing.strategies import chain, plan, star
+from nlqo.testing.world import MOVIES, check_differential
 
 
 @attrs.frozen
@@ -170,6 +171,22 @@ BUGS: tuple[SeededBug, ...] = (
         'if verdict == "no":',
         'if verdict == "never":',
         "check_merge_context",
+    ),
+    SeededBug(
+        "tree puts the wrong value in",
+        "a tree node's question gets its child's question instead of the child's answer",
+        "nlqo.execute.tree:substitute",
+        "values[next(iter(shared))] = child.answer",
+        "values[next(iter(shared))] = child.question",
+        "check_differential",
+    ),
+    SeededBug(
+        "plan steps out of order",
+        "the linear template walks a lowered plan's atoms root first instead of leaves first",
+        "nlqo.execute.lower:lower",
+        "for n in plan.tree.postorder() if n != ROOT)",
+        "for n in reversed(list(plan.tree.postorder())) if n != ROOT)",
+        "check_differential",
     ),
     SeededBug(
         "merge checks miscounted",
@@ -349,20 +366,29 @@ CHECKS: tuple[tuple[str, Callable[[Query, CostModel], None]], ...] = (
 """The public kit's checks, in the order the sweep runs them."""
 
 
-def sweep(*, first_only: bool = False) -> list[Catch]:
-    """Run every check in :data:`CHECKS` on every query of :data:`CORPUS` under every model of
-    :data:`MODELS`; return what failed (with ``first_only``, stop at the first failure). A check
-    that crashes counts as a catch too: a bug that makes the engine raise is found."""
-    caught: list[Catch] = []
+def _cases() -> Iterator[tuple[str, str, Callable[[], object]]]:
+    """(check, case, run) for every check of the kit on every case it takes."""
     for check_name, check in CHECKS:
         for case, query in CORPUS:
             for model in MODELS:
-                try:
-                    check(query, model)
-                except Exception as exc:  # an InvariantError, or the engine failing under a bug
-                    caught.append(Catch(check_name, f"{case} / {model.name}", f"{type(exc).__name__}: {exc}"))
-                    if first_only:
-                        return caught
+                yield check_name, f"{case} / {model.name}", lambda c=check, q=query, m=model: c(q, m)  # type: ignore[misc]
+    for question in MOVIES.questions:
+        yield "check_differential", question, lambda q=question: check_differential(MOVIES, q)  # type: ignore[misc]
+
+
+def sweep(*, first_only: bool = False) -> list[Catch]:
+    """Run every check in :data:`CHECKS` on every query of :data:`CORPUS` under every model of
+    :data:`MODELS`, then the differential check on every question of the fake world
+    (:data:`nlqo.testing.world.MOVIES`); return what failed (with ``first_only``, stop at the first
+    failure). A check that crashes counts as a catch too: a bug that makes the engine raise is found."""
+    caught: list[Catch] = []
+    for check_name, case, run in _cases():
+        try:
+            run()
+        except Exception as exc:  # an InvariantError, or the engine failing under a bug
+            caught.append(Catch(check_name, case, f"{type(exc).__name__}: {exc}"))
+            if first_only:
+                return caught
     return caught
 
 
