@@ -436,3 +436,38 @@ def test_a_run_without_plans_has_no_plan_page(tmp_path):
     assert plan_pages.write(tmp_path, [record]) == {("a", "auto"): "plans.html#plan=1-auto"}
     assert page_data((tmp_path / "plans.html").read_text())[0]["explain"]["analyze"]["answer"] == "x"
     assert plan_pages.write(tmp_path, [{**record, "plan": None}]) == {} and not (tmp_path / "plans.html").exists()
+
+
+def test_the_page_shows_autos_choice_with_every_candidate(browser, tmp_path, monkeypatch):
+    _, data = explain_page(tmp_path, monkeypatch, tree_llm(), analyze=False)
+    data["physical"]["choice"] = {
+        "operator": "retrieve",
+        "policy": "balanced",
+        "question_class": "other",
+        "statistics": "statistics.json (nlqo analyze on 50 questions)",
+        "reason": "fastest (est. 8.6 s) whose EM lies within the best one's interval",
+        "skipped": "no parse: retrieve needs no plan",
+        "candidates": [
+            {
+                "operator": "retrieve",
+                "em": 0.32,
+                "em_low": 0.21,
+                "em_high": 0.46,
+                "n": 50,
+                "seconds": 8.6,
+                "basis": "all",
+            },
+            {"operator": "tree", "em": 0.4, "em_low": 0.27, "em_high": 0.54, "n": 50, "seconds": 38.5, "basis": "all"},
+        ],
+        "actual_seconds": 9.1,
+        "q_error": 1.058,
+    }
+    page = explain_html.write(tmp_path / "choice.html", [explain_html.entry(data)])
+    load(browser, page)
+    text = browser.eval("document.getElementById('choice').innerText")
+    assert "policy balanced, question class other; statistics: statistics.json" in text
+    assert "retrieve\t32.0% [21.0%, 46.0%]\t50 (all)\t8.6\tchosen" in text
+    assert "tree\t40.0% [27.0%, 54.0%]\t50 (all)\t38.5" in text
+    assert "chosen: fastest (est. 8.6 s)" in text and "skipped: no parse" in text and "q-error 1.058" in text
+    assert browser.eval("document.querySelectorAll('#choice tr.chosen').length") == 1
+    assert browser.errors() == []
