@@ -17,4 +17,17 @@ def process_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """Whether ``pid`` has exited and only waits to be reaped (Linux's ``/proc``; False where unknown).
+
+    >>> _zombie(os.getpid())
+    False
+    """
+    try:
+        stat = open(f"/proc/{pid}/stat", encoding="ascii", errors="replace").read()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] == ["Z"]  # the state follows the parenthesised name
