@@ -643,3 +643,29 @@ def test_the_sets_plot_has_a_panel_per_set(tmp_path):
     one = imread(em_vs_seconds_sets([("a (n=50)", points)], tmp_path / "one.png"))
     three = imread(em_vs_seconds_sets([("a", points), ("b", points), ("c", points[:1])], tmp_path / "three.png"))
     assert one.shape[0] == three.shape[0] and three.shape[1] > 2 * one.shape[1] - 300  # panels side by side
+
+
+def test_a_second_run_on_the_same_folder_is_refused_while_the_first_writes(questions, tmp_path):
+    out = tmp_path / "run"
+    seen = {}
+
+    @attrs.define(eq=False)
+    class Meddling:
+        """On its first question, starts a second bench on the same folder."""
+
+        inner: object
+        name: str
+
+        def run(self, question, trace=None):
+            if "error" not in seen:
+                with pytest.raises(
+                    ConfigError, match=f"{out} is being written by another nlqo bench \\(pid {os.getpid()}\\)"
+                ):
+                    bench(questions, out).run()
+                seen["error"] = True
+            return self.inner.run(question, trace)
+
+    strategies = {name: Meddling(s, name) for name, s in make_strategies().items()}
+    summary = bench(questions, out, strategies).run()
+    assert seen == {"error": True} and summary["records"] == len(GOLD) * len(strategies)
+    assert bench(questions, out).run()["records"] == summary["records"]  # the lock went with the run

@@ -10,7 +10,9 @@ of another model, index, question file or top-k is refused.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -162,6 +164,10 @@ class Bench:
         """Run what is missing, then write the summary, table and plots; return the summary."""
         with writing(self.out, "nothing was run"):
             self.out.mkdir(parents=True, exist_ok=True)
+        with _only_writer(self.out):
+            return self._run()
+
+    def _run(self) -> dict[str, Any]:
         info = self._start()
         path = self.out / RECORDS
         wanted = {(q.id, n) for q in self.questions.questions for n in self.names}
@@ -374,6 +380,34 @@ class _RunningEM:
 
     def text(self) -> str:
         return " ".join(f"{n}={s / c:.2f}" for n, (s, c) in self.sums.items() if c)
+
+
+LOCK = ".bench.lock"
+"""In the output folder: held by the one run writing it (its pid inside)."""
+
+
+@contextlib.contextmanager
+def _only_writer(out: Path) -> Iterator[None]:
+    """Hold ``out``'s lock for the run: a second run on the same folder is refused, not interleaved."""
+    with writing(out / LOCK, "nothing was run"):
+        handle = open(out / LOCK, "a+", encoding="ascii")
+    try:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "?"
+            raise ConfigError(
+                f"{out} is being written by another nlqo bench (pid {pid}); wait for it, or give another --out"
+            ) from None
+        with writing(out / LOCK, "nothing was run"):
+            handle.seek(0)
+            handle.truncate()
+            handle.write(str(os.getpid()))
+            handle.flush()
+        yield
+    finally:
+        handle.close()  # closing releases the lock
 
 
 def _bar(initial: int, total: int, desc: str, enabled: bool):
