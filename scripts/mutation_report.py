@@ -55,7 +55,10 @@ def verdicts(mutants: Path) -> dict[str, dict[str, str]]:
 def report(mutants: Path, seconds: float | None) -> str:
     found = verdicts(mutants)
     known = equivalent()
-    rows = ["| module | mutants | killed | timeout | survived | no tests | equivalent | score |", "|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     total: Counter[str] = Counter()
     for module, by_name in found.items():
         counts = Counter("equivalent" if name in known else v for name, v in by_name.items())
