@@ -52,11 +52,8 @@ def skip_reason(report) -> str:
     return text.removeprefix("Skipped: ")
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """Under CI=true a skip whose reason is not in tests/allowed_skips.txt fails the test."""
-    outcome = yield
-    report = outcome.get_result()
+def _fail_unallowed_skip(report) -> None:
+    """Turn a skipped report into a failure under CI=true unless tests/allowed_skips.txt allows its reason."""
     if IN_CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = skip_reason(report)
         if not any(reason.startswith(allowed) for allowed in allowed_skips()):
@@ -65,15 +62,17 @@ def pytest_runtest_makereport(item, call):
 
 
 @pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true a skip whose reason is not in tests/allowed_skips.txt fails the test."""
+    outcome = yield
+    _fail_unallowed_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
 def pytest_make_collect_report(collector):
     """The same for a whole module skipped at collection (``pytest.importorskip`` at its top)."""
     outcome = yield
-    report = outcome.get_result()
-    if IN_CI and report.skipped:
-        reason = skip_reason(report)
-        if not any(reason.startswith(allowed) for allowed in allowed_skips()):
-            report.outcome = "failed"
-            report.longrepr = f"skipped under CI=true: {reason!r} is not in tests/allowed_skips.txt"
+    _fail_unallowed_skip(outcome.get_result())
 
 
 def pytest_terminal_summary(terminalreporter):

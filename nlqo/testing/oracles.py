@@ -35,15 +35,11 @@ from nlqo.llm.base import ChatMessage, Completion, Usage
 from nlqo.passages import Embedder
 from nlqo.plan import ROOT, Plan
 from nlqo.relations import RelationCache, normalise_atom_text
-from nlqo.testing.invariants import InvariantError
+from nlqo.testing.invariants import _fail
 from nlqo.testing.oracle import cheapest
 
 BIG_BUDGET = 10**9
 """A budget no test query exhausts."""
-
-
-def _fail(message: str) -> None:
-    raise InvariantError(message)
 
 
 def _structural() -> CostModel:
