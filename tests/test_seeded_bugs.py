@@ -47,3 +47,37 @@ def test_the_catalogue_has_a_dozen_named_bugs_and_the_docs_show_it():
     text = open(DOC, encoding="utf-8").read()
     block = re.search(r"<!-- BEGIN seeded-bugs -->\n(.*?)\n<!-- END seeded-bugs -->", text, flags=re.S)
     assert block and block.group(1) == catalogue_table(), "run: python -m nlqo.testing.bugs"
+
+
+CYCLE_GUARDS = (
+    bugs.SeededBug(
+        "disjoint", "-", "nlqo.optimizer.dp:search", "if m1 & m2:\n    continue", "if False:\n    continue", "-"
+    ),
+    bugs.SeededBug(
+        "root",
+        "-",
+        "nlqo.optimizer.dp:search",
+        "if m1 >> c & 1 or cm.bit_length() > c:",
+        "if cm.bit_length() > c:",
+        "-",
+    ),
+)
+
+
+@pytest.mark.parametrize("guard", CYCLE_GUARDS, ids=lambda b: b.name)
+def test_dropping_a_dp_cycle_guard_changes_no_plan(guard):
+    """Why the catalogue has no "cycle check dropped" (docs/testing.md): either guard removed, plans stay the same."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from nlqo.testing.strategies import plan, queries
+
+    @settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(queries(max_atoms=6), st.integers(0, 3), st.sampled_from(bugs.MODELS))
+    def same_plan(query, seed, model):
+        before = plan(query, cost_model=model, seed=seed)
+        with seeded(guard):
+            after = plan(query, cost_model=model, seed=seed)
+        assert (after.tree, after.cost) == (before.tree, before.cost)
+
+    same_plan()
