@@ -1,34 +1,22 @@
 """Planning time of the optimizer for 4 to 16 atoms on chain-, tree- and dense-shaped inputs.
 
-Excludes LLM calls: pair relations are inferred from the triples or come from a fixed rule, and
-the structural cost model needs no embedder. Writes benchmarks/results/planning.json and the
-table in docs/optimizer.md.
+No LLM calls: pair relations come from a fixed rule, and the structural cost model needs no embedder.
+Records in benchmarks/results/planning/, the table in docs/optimizer.md.
 
-    python benchmarks/bench_planning.py [--sizes 4 6 8 10 12 14 16] [--repeat 3]
+    python benchmarks/bench_planning.py [--sizes 4 6 8 10 12 14 16] [--repeat 3] [--render]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import platform
 import re
 import statistics
-import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _report import write_block  # noqa: E402
-
-from nlqo.cost import load_cost_model  # noqa: E402
-from nlqo.ir import Atom, Const, Query, Var  # noqa: E402
-from nlqo.llm.base import Completion, Usage  # noqa: E402
-from nlqo.optimizer import Optimizer  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
+from nlqo.cost import load_cost_model
+from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.ir import Atom, Const, Query, Var
+from nlqo.llm.base import Completion, Usage
+from nlqo.optimizer import Optimizer
 
 
 def chain(n: int) -> Query:
@@ -50,6 +38,9 @@ def dense(n: int) -> Query:
     return Query(atoms=tuple(atoms), answer=Var("x"))
 
 
+SHAPES = {"chain": chain, "tree": tree, "dense": dense}
+
+
 class RulePairs:
     """Stands in for the LLM: q_i is q_j's parent when j - i is 1 or 2, siblings otherwise."""
 
@@ -63,80 +54,59 @@ class RulePairs:
         return Completion(kind, Usage(calls=1))
 
 
-SHAPES = {"chain": chain, "tree": tree, "dense": dense}
+def measure(args, case: dict, config: str) -> dict:
+    query, model = SHAPES[case["shape"]](case["atoms"]), load_cost_model(config)
+    times = []
+    for _ in range(args.repeat):
+        optimizer = Optimizer(cost_model=model, llm=RulePairs(), rules=())
+        started = time.perf_counter()
+        plan = optimizer.optimize(query)
+        times.append(time.perf_counter() - started)
+    s = plan.stats
+    return {
+        "median_ms": statistics.median(times) * 1000,
+        "min_ms": min(times) * 1000,
+        **{"method": s.method, "subsets": s.subsets, "pairs": s.pairs, "candidates": s.candidates},
+        **{"cost": plan.cost.total, "left_out": len(plan.left_out)},
+    }
 
 
-def run(sizes: list[int], repeat: int) -> list[dict]:
-    model = load_cost_model("structural")
-    rows = []
-    for shape, make in SHAPES.items():
-        for n in sizes:
-            query = make(n)
-            times, plan = [], None
-            for _ in range(repeat):
-                optimizer = Optimizer(cost_model=model, llm=RulePairs(), rules=())
-                started = time.perf_counter()
-                plan = optimizer.optimize(query)
-                times.append(time.perf_counter() - started)
-            s = plan.stats
-            rows.append(
-                {
-                    "shape": shape,
-                    "atoms": n,
-                    "median_ms": statistics.median(times) * 1000,
-                    "min_ms": min(times) * 1000,
-                    "method": s.method,
-                    "subsets": s.subsets,
-                    "pairs": s.pairs,
-                    "candidates": s.candidates,
-                    "cost": plan.cost.total,
-                    "left_out": len(plan.left_out),
-                }
-            )
-            print(f"{shape:6} {n:3} atoms  {rows[-1]['median_ms']:9.1f} ms  {s.method}  pairs={s.pairs}", flush=True)
-    return rows
-
-
-def table(rows: list[dict], meta: dict) -> str:
+def table(rows: list[dict], run: dict) -> str:
     out = [
-        f"Measured {meta['date']} on {meta['machine']} (Python {meta['python']}), median of {meta['repeat']} runs, "
-        "structural cost model, no LLM calls (`python benchmarks/bench_planning.py`).",
+        f"Measured {run['started'][:10]} on {run['machine']}, {run['cpus']} cores (Python {run['python']}), median of "
+        f"{run['repeat']} runs, structural cost model, no LLM calls (`python benchmarks/bench_planning.py`).",
         "",
         "| shape | atoms | median ms | search | atom sets | sub-plan pairs | complete candidates |",
         "|---|---:|---:|---|---:|---:|---:|",
     ]
-    for r in rows:
-        out.append(
-            f"| {r['shape']} | {r['atoms']} | {r['median_ms']:.1f} | {r['method']} | {r['subsets']} | {r['pairs']} | {r['candidates']} |"
-        )
-    at14 = [r for r in rows if r["atoms"] == 14]
-    if at14:
+    out += [
+        f"| {r['shape']} | {r['atoms']} | {r['median_ms']:.1f} | {r['method']} | {r['subsets']} | {r['pairs']} | {r['candidates']} |"
+        for r in rows
+    ]
+    if at14 := [r for r in rows if r["atoms"] == 14]:
         worst = max(at14, key=lambda r: r["median_ms"])
         verdict = "meets" if worst["median_ms"] < 1000 else "misses"
-        out += [
-            "",
-            f"Target: 14 atoms under 1 s. Slowest 14-atom shape: {worst['shape']}, {worst['median_ms']:.0f} ms ({verdict} the target).",
-        ]
+        out += ["", f"Target: 14 atoms under 1 s. Slowest 14-atom shape: {worst['shape']}, {worst['median_ms']:.0f} ms ({verdict} the target)."]  # fmt: skip
     return "\n".join(out)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[4, 6, 8, 10, 12, 14, 16])
-    parser.add_argument("--repeat", type=int, default=3)
-    args = parser.parse_args()
-    rows = run(args.sizes, args.repeat)
-    meta = {
-        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
-        "python": platform.python_version(),
-        "repeat": args.repeat,
-    }
-    out = REPO / "benchmarks" / "results" / "planning.json"
-    out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    write_block(REPO / "docs" / "optimizer.md", "planning-benchmark", table(rows, meta), title="The optimizer")
-    print(f"wrote {out} and docs/optimizer.md")
-
+EXPERIMENT = Experiment(
+    name="planning",
+    doc="docs/optimizer.md",
+    block="planning-benchmark",
+    title="The optimizer",
+    about=__doc__,
+    cases=lambda args: [{"shape": s, "atoms": n} for s in SHAPES for n in args.sizes],
+    key=("shape", "atoms"),
+    configs=lambda args: ["structural"],
+    config_field="cost_model",
+    measure=measure,
+    table=table,
+    options=(
+        Option.of("--sizes", type=int, nargs="+", default=[4, 6, 8, 10, 12, 14, 16], help="atoms per query"),
+        Option.of("--repeat", type=int, default=3, help="runs per query; the median is reported"),
+    ),
+)
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main(EXPERIMENT))

@@ -16,3 +16,12 @@ def write_block(path: Path, name: str, body: str, *, title: str = "") -> None:
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     path.write_text(text, encoding="utf-8")
+
+
+def read_block(path: Path, name: str) -> str | None:
+    """The body of block ``name`` in ``path`` as :func:`write_block` wrote it, or None when absent."""
+    begin, end = f"<!-- BEGIN {name} -->\n", f"\n<!-- END {name} -->"
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if begin not in text or end not in text:
+        return None
+    return text.split(begin, 1)[1].split(end, 1)[0]

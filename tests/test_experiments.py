@@ -1,0 +1,117 @@
+"""The shared experiment runner (nlqo.eval.experiment), and every benchmark's table regenerated from its records."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import attrs
+import pytest
+
+from nlqo.docblocks import read_block, write_block
+from nlqo.eval import experiment as ex
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = sorted((REPO / "benchmarks").glob("*.py"))
+
+
+def toy(calls: list, doc: str = "") -> ex.Experiment:
+    def measure(context, case, config):
+        calls.append((case["n"], config))
+        return {"value": case["n"] * (10 if config == "b" else 1), "seen": context}
+
+    return ex.Experiment(
+        name="toy",
+        doc=doc,
+        block="toy",
+        cases=lambda args: [{"n": n} for n in range(args.limit)],
+        key=("n",),
+        configs=lambda args: ["a", "b"],
+        setup=lambda args: "context",
+        measure=measure,
+        table=lambda records, run: "\n".join(f"{r['n']} {r['config']} {r['value']}" for r in records),
+        options=(ex.Option.of("--limit", type=int, default=3),),
+    )
+
+
+def test_runner_measures_each_pair_once_rotating_the_configurations_and_resumes(tmp_path, capsys):
+    calls: list = []
+    assert ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "2", "--no-docs"]) == 0
+    assert calls == [(0, "a"), (0, "b"), (1, "b"), (1, "a")]
+    records, run = ex.load(tmp_path)
+    assert [(r["n"], r["config"], r["value"], r["seen"]) for r in records] == [
+        (0, "a", 0, "context"),
+        (0, "b", 0, "context"),
+        (1, "b", 10, "context"),
+        (1, "a", 1, "context"),
+    ]
+    assert run["limit"] == 2 and run["experiment"] == "toy" and "out" not in run
+    calls.clear()
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "3", "--no-docs"])
+    assert calls == [(2, "a"), (2, "b")]
+    assert len(ex.load(tmp_path)[0]) == 6
+
+
+def test_runner_sets_up_nothing_when_every_pair_has_a_record(tmp_path):
+    calls: list = []
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "1", "--no-docs"])
+    broken = attrs.evolve(toy(calls), setup=lambda args: pytest.fail("set up although nothing was left to measure"))
+    ex.main(broken, ["--out", str(tmp_path), "--limit", "1", "--no-docs"])
+
+
+def test_force_measures_again_and_render_measures_nothing(tmp_path):
+    calls: list = []
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "1", "--no-docs"])
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "1", "--no-docs", "--force"])
+    assert calls == [(0, "a"), (0, "b")] * 2
+    assert len(ex.load(tmp_path)[0]) == 2
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "5", "--render", "--no-docs"])
+    assert len(calls) == 4
+
+
+def test_a_torn_last_record_is_measured_again(tmp_path):
+    calls: list = []
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "1", "--no-docs"])
+    path = tmp_path / ex.RECORDS
+    path.write_text(path.read_text(encoding="utf-8")[:-5], encoding="utf-8")
+    calls.clear()
+    ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "1", "--no-docs"])
+    assert calls == [(0, "b")]
+
+
+def test_the_table_goes_between_the_docs_markers(tmp_path, monkeypatch):
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\ntext\n\n<!-- BEGIN toy -->\nold\n<!-- END toy -->\n\nafter\n", encoding="utf-8")
+    monkeypatch.setattr(ex, "REPO", tmp_path)
+    ex.main(toy([], doc="page.md"), ["--out", str(tmp_path / "out"), "--limit", "1"])
+    assert page.read_text(encoding="utf-8") == "# Page\n\ntext\n\n<!-- BEGIN toy -->\n0 a 0\n0 b 0\n<!-- END toy -->\n\nafter\n"
+    assert read_block(page, "toy") == "0 a 0\n0 b 0"
+    assert read_block(page, "other") is None
+
+
+def test_read_block_returns_what_write_block_wrote(tmp_path):
+    page = tmp_path / "p.md"
+    write_block(page, "x", "a\n\nb\n", title="T")
+    assert read_block(page, "x") == "a\n\nb"
+
+
+def _experiment(path: Path):
+    spec = importlib.util.spec_from_file_location(f"bench_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, "EXPERIMENT", None)
+
+
+@pytest.mark.parametrize("path", [p for p in BENCHMARKS if "EXPERIMENT = " in p.read_text(encoding="utf-8")], ids=lambda p: p.stem)
+def test_every_benchmark_table_in_the_docs_is_regenerated_from_its_records(path):
+    experiment = _experiment(path)
+    assert (experiment.out / ex.RECORDS).exists(), f"{path.name}: no records in {experiment.out}"
+    shown = read_block(REPO / experiment.doc, experiment.block)
+    assert shown is not None, f"{experiment.doc} has no block {experiment.block}"
+    assert ex.render(experiment).rstrip() == shown
+
+
+def test_every_remaining_benchmark_runs_through_the_shared_runner():
+    scripts = [p.name for p in BENCHMARKS if not p.name.startswith("_")]
+    plain = [name for name in scripts if "EXPERIMENT = " not in (REPO / "benchmarks" / name).read_text(encoding="utf-8")]
+    assert not plain, f"benchmarks that do not declare an EXPERIMENT for nlqo.eval.experiment: {plain}"
