@@ -35,6 +35,8 @@ def visible(text: str) -> str:
 
 _SCAFFOLD_LEAK = re.compile(r"\s*(?:\b(?:Main Question|Question|Contexts)\s*:|\(Plan step\b)")
 _QUOTED_START = re.compile(r'^"([^"]+)"')
+_LEAD_IN = re.compile(r"^\s*(?:the\s+)?(?:final\s+)?answer(?:\s+is)?\s*:\s*(?=\S)", re.IGNORECASE)
+"""A lead-in small models write before the answer ("The answer is: ..."); a colon is required."""
 _NEXT_SENTENCE = re.compile(r"(?<=[a-z]{3})\.\s+(?=[A-Z])")
 """A full stop after three lower-case letters, then a capitalised word: the answer went on
 into a sentence (``Maria von Trapp. Maria Augusta ...``). Initials (``Mark D. Fabiani``) and short
@@ -53,7 +55,7 @@ def _first_sentence(line: str) -> str:
 
 def short_answer(text: str, question: str = "") -> str:
     """The answer as exact match wants it: first line, no scaffold the model went on to write
-    (including the linear template's plan-step hints), no sentence after the first,
+    (including the linear template's plan-step hints), no "The answer is:" lead-in, no sentence after the first,
     no trailing period or quotes, a bare "yes"/"no" when the answer starts with one, and the
     quoted name when the answer starts with one (``"Title" is ...``). An answer that ``question``
     contains word for word is a name the question offers and stays whole, even when it starts
@@ -77,11 +79,14 @@ def short_answer(text: str, question: str = "") -> str:
     ('Warner Bros. Pictures', 'St. Louis Cardinals', 'Mark D. Fabiani')
     >>> short_answer("No, No, Nanette (1930 Film)"), short_answer("No, No, Nanette (1930 Film)", "Which died first, No, No, Nanette (1930 Film) or Up?")
     ('no', 'No, No, Nanette (1930 Film)')
+    >>> short_answer("The answer is: Charles Babbage"), short_answer("Answer: yes, it is.")
+    ('Charles Babbage', 'yes')
     >>> short_answer("")
     ''
     """
     text = visible(text)
     line = text.strip().splitlines()[0] if text.strip() else ""
+    line = _LEAD_IN.sub("", line, count=1)
     line = _SCAFFOLD_LEAK.split(line, 1)[0]
     line = _first_sentence(line)
     if m := _YES_NO.match(line.strip()):
