@@ -338,7 +338,7 @@ def test_a_single_atom_plan_may_be_answered_by_one_retrieval_when_that_is_cheape
         assert physical.estimates["retrieve"].llm_calls == 1 and physical.reason.startswith(
             "single plan: retrieve est."
         )
-        assert lower(plan, profile).operator != "retrieve"  # only when asked for
+        assert lower(plan, profile, simple="linear").operator != "retrieve"  # only when allowed
     assert (
         lower(structural_plan(CHAIN), BackendProfile(), simple="retrieve").operator == "linear"
     )  # two atoms: not simple

@@ -265,7 +265,7 @@ def lower(
     *,
     k: int = default("k"),
     force: str | None = None,
-    simple: str = "linear",
+    simple: str = default("simple_plans"),
 ) -> PhysicalPlan:
     """Pick the cheapest operator (or ``force`` one) and say why. With ``simple="retrieve"`` a
     single-atom plan may also be answered by one retrieval (:data:`Operator.RETRIEVE`)."""
