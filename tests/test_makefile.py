@@ -148,7 +148,7 @@ def test_finished_counts_the_questions_of_a_stage_still_to_run(tmp_path):
     import json
     import sys
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "scripts"))
     from finished import first_question_ids
 
     path = tmp_path / "q.jsonl.gz"
@@ -159,13 +159,13 @@ def test_finished_counts_the_questions_of_a_stage_still_to_run(tmp_path):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "records.jsonl").write_text('{"qid": "1", "strategy": "s"}\n', encoding="utf-8")
     left = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "finished.py"), str(tmp_path / "run"), str(path), "200"],
+        [sys.executable, str(ROOT / "scripts" / "finished.py"), str(tmp_path / "run"), str(path), "200"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert left.stdout == "2\n"
     (tmp_path / "bad.jsonl").write_text('{"id": 1}\nnot json\n', encoding="utf-8")
     bad = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "finished.py"), str(tmp_path / "run"), str(tmp_path / "bad.jsonl"), "5"],
+        [sys.executable, str(ROOT / "scripts" / "finished.py"), str(tmp_path / "run"), str(tmp_path / "bad.jsonl"), "5"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert bad.returncode == 1 and bad.stdout == "" and "Traceback" not in bad.stderr

@@ -3,7 +3,7 @@
 is not supported either, or the rounds disagree, the question is parsed and planned, and the plan's
 operator (template or tree, by cost) answers.
 
-No threshold is fitted: the checks are the records' own signals (benchmarks/route_analysis.py: an
+No threshold is fitted: the checks are the records' own signals (benchmarks/route_analysis.py at commit 197ff87: an
 unsupported answer was right 0-5% of the time, a supported one 9-44%; when iter-retgen's rounds
 disagree its exact match fell).
 """

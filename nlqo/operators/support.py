@@ -1,5 +1,5 @@
 """Whether an answer is supported by the passages it was read from: the signal that lets a cascade
-stop early or escalate (benchmarks/route_analysis.py: on the three dev sets an unsupported
+stop early or escalate (benchmarks/route_analysis.py at commit 197ff87: on the three dev sets an unsupported
 standard-rag answer was right 0-5% of the time, a supported one 9-44%).
 
 >>> passages = ["J. R. R. Tolkien wrote The Hobbit.", "Bloemfontein is a city."]

@@ -1,7 +1,7 @@
 """How many questions of a result folder every strategy of its records has finished.
 
-    python benchmarks/finished.py benchmarks/results/runs/hotpotqa_dev_199
-    python benchmarks/finished.py benchmarks/results/runs/hotpotqa_dev_199 ../shared/data/hotpotqa_dev_199.jsonl.gz 200
+    python scripts/finished.py benchmarks/results/runs/hotpotqa_dev_199
+    python scripts/finished.py benchmarks/results/runs/hotpotqa_dev_199 ../shared/data/hotpotqa_dev_199.jsonl.gz 200
 
 The first prints how many questions every strategy has finished; the second how many of the
 question file's first 200 (all 199 of HotpotQA's) are still to run. ``make bench-staged`` asks

@@ -2,12 +2,13 @@
 # Run the same `nlqo bench` with the code of several commits, one after the other, to tell a change
 # in the code's speed from the machine's (its speed drifts by tens of percent over hours here).
 #
-#   benchmarks/compare_commits.sh OUT_DIR COMMIT [COMMIT ...] -- NLQO_BENCH_ARGS ...
+#   scripts/compare_commits.sh OUT_DIR COMMIT [COMMIT ...] -- NLQO_BENCH_ARGS ...
 #
 # Each COMMIT runs from a detached worktree (its own nlqo package on PYTHONPATH, this checkout's
 # .venv for everything else) into OUT_DIR/<n>-<commit>; give commits alternating (A B A B) so drift
 # shows as a difference between a commit's two runs. Pass --index so no run builds its own index.
-# Prints each run's EM, seconds and retrievals per strategy (benchmarks/record_findings.py).
+# Prints each run's EM, seconds and retrievals per strategy (benchmarks/record_findings.py, which left
+# the repository: this runs its version at commit 197ff87).
 set -euo pipefail
 shopt -s nullglob
 cd "$(dirname "$0")/.."
@@ -30,5 +31,5 @@ for c in "${commits[@]}"; do
     PYTHONPATH="$tree" .venv/bin/nlqo bench "$@" --out "$out/$n-$c" > "$out/$n-$c.log" 2>&1
 done
 for run in "$out"/*/; do
-    echo "$(basename "$run"):"; .venv/bin/python benchmarks/record_findings.py "$run" | grep "every strategy finished"
+    echo "$(basename "$run"):"; .venv/bin/python <(git show 197ff87:benchmarks/record_findings.py) "$run" | grep "every strategy finished"
 done
