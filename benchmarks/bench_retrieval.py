@@ -1,25 +1,17 @@
-"""Retrieval benchmark: build speed, query latency and gold-title recall on the shared QA sets.
+"""Retrieval on the shared QA sets: gold-title recall and query latency of dense, BM25 and hybrid search, dense
+also on HNSW and IVF indexes of the same vectors, and index build speed; the table in docs/retrieval.md.
 
-For each question set (HotpotQA, 2Wiki, MuSiQue) it indexes the pooled corpus, asks every
-question as the query in dense, BM25 and hybrid mode, and measures recall@3/@5 of the gold
-supporting titles: the share of gold titles retrieved, and the share of questions with all of them
-retrieved. Dense recall is also measured on HNSW and IVF indexes built from the same vectors.
-
-    python benchmarks/bench_retrieval.py --threads 1   # writes benchmarks/results/retrieval.json
-                                                       # and the table in docs/retrieval.md
-    python benchmarks/bench_retrieval.py --render      # only re-render the table from the JSON
+    python benchmarks/bench_retrieval.py [--threads 1] [--datasets hotpotqa_dev_199 ...] [--limit N] [--render]
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
+import atexit
 import gzip
 import json
 import os
-import platform
+import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,123 +20,103 @@ import attrs
 import numpy as np
 
 from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
+from nlqo.eval.experiment import REPO, Experiment, Option, main
 from nlqo.index import Corpus, DenseParams, Index, build_index
-from nlqo.docblocks import write_block
 
-ROOT = Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+MODES, KINDS = ("dense", "bm25", "hybrid"), ("hnsw", "ivf")
 DATASETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
-MODES = ("dense", "bm25", "hybrid")
-KS = (3, 5)
-MARKER = "retrieval-benchmark"
 
 
 @attrs.define(eq=False)
-class ReplayEmbedder:
-    """Hands back passage vectors already computed (to build other FAISS kinds without re-embedding)."""
+class Replay:
+    """The embedder, handing back passage vectors already computed (to build other FAISS kinds without embedding)."""
 
     inner: SentenceEmbedder
     vectors: np.ndarray
-    name: str = attrs.field(init=False)
-    dim: int = attrs.field(init=False)
-    query_prefix: str = attrs.field(init=False)
-    passage_prefix: str = attrs.field(init=False)
 
-    def __attrs_post_init__(self) -> None:
-        self.name, self.dim = self.inner.name, self.inner.dim
-        self.query_prefix, self.passage_prefix = self.inner.query_prefix, self.inner.passage_prefix
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
 
     def encode(self, texts, *, kind="query", progress=None):
-        if kind == "passage":
-            assert len(texts) == len(self.vectors)
-            return self.vectors
-        return self.inner.encode(texts, kind=kind, progress=progress)
+        return self.vectors if kind == "passage" else self.inner.encode(texts, kind=kind, progress=progress)
 
 
-def load_questions(path: Path) -> list[dict]:
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+def setup(args) -> dict:
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    work = Path(tempfile.mkdtemp(prefix="nlqo-bench-"))
+    atexit.register(shutil.rmtree, work, True)
+    return {"args": args, "embedder": SentenceEmbedder.load(args.embedder), "work": work}
 
 
-def evaluate(search, questions: list[dict]) -> dict:
-    """Recall of gold titles at each k, and latency of ``search(question, max(KS))``."""
-    latencies, found = [], {k: [] for k in KS}
+def flat(context: dict, name: str) -> tuple[list[dict], dict, Index]:
+    """The questions of set ``name``, its flat index (built once per run) and how long building took."""
+    if name not in context:
+        args, embedder = context["args"], context["embedder"]
+        with gzip.open(args.data / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
+            questions = [json.loads(line) for line in f if line.strip()][: args.limit]
+        report = build_index(args.data / f"{name}_corpus.jsonl.gz", context["work"] / name, embedder, progress=True)
+        build = {"passages": report.manifest.count, "build_s": report.seconds, "passages_per_s": report.passages_per_second}  # fmt: skip
+        context[name] = questions, build, Index.open(context["work"] / name, embedder=embedder)
+    return context[name]
+
+
+def loadavg() -> str:
+    return ", ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def measure(context: dict, case: dict, mode: str) -> dict:
+    import torch
+
+    load_before, name = loadavg(), case["dataset"]
+    questions, build, index = flat(context, name)
+    record = {**build, "questions": len(questions), "torch_threads": torch.get_num_threads()}
+    if mode in KINDS:
+        replay, where = Replay(context["embedder"], index.dense.reconstruct_n(0, len(index))), context["work"] / f"{name}-{mode}"  # fmt: skip
+        corpus = Corpus(context["args"].data / f"{name}_corpus.jsonl.gz")
+        record["build_s_without_embedding"] = build_index(corpus, where, replay, params=DenseParams(kind=mode)).seconds
+        index = Index.open(where, embedder=context["embedder"])
+    search = {"bm25": index.bm25_search, "hybrid": index.hybrid_search}.get(mode, index.search)
+    search(questions[0]["question"], 1)  # warm-up
+    latencies, found = [], {3: [], 5: []}  # found[k]: per question, the share of its gold titles in the top k
     for q in questions:
+        started = time.perf_counter()
+        hits = search(q["question"], 5)
+        latencies.append((time.perf_counter() - started) * 1000)
         gold = set(q["supporting_titles"])
-        start = time.perf_counter()
-        hits = search(q["question"], max(KS))
-        latencies.append((time.perf_counter() - start) * 1000)
-        for k in KS:
-            titles = {h.passage.title for h in hits[:k]}
-            found[k].append(len(gold & titles) / len(gold))
-    out = {}
-    for k in KS:
-        out[f"recall@{k}"] = statistics.fmean(found[k])
-        out[f"all@{k}"] = statistics.fmean(1.0 if f == 1.0 else 0.0 for f in found[k])
-        out[f"all@{k}_first100"] = statistics.fmean(1.0 if f == 1.0 else 0.0 for f in found[k][:100])
-    out["latency_ms_mean"] = statistics.fmean(latencies)
-    out["latency_ms_p95"] = float(np.percentile(latencies, 95))
-    return out
+        for k in found:
+            found[k].append(len(gold & {h.passage.title for h in hits[:k]}) / len(gold))
+    for k, shares in found.items():
+        record |= {f"recall@{k}": statistics.fmean(shares), f"all@{k}": statistics.fmean(f == 1.0 for f in shares)}
+    record["all@5_first100"] = statistics.fmean(f == 1.0 for f in found[5][:100])
+    record |= {"latency_ms_mean": statistics.fmean(latencies), "latency_ms_p95": float(np.percentile(latencies, 95))}
+    return record | {"load_before": load_before, "load_after": loadavg()}
 
 
-def run_dataset(
-    name: str, data: Path, embedder: SentenceEmbedder, workdir: Path, kinds: list[str], limit: int | None
-) -> dict:
-    questions = load_questions(data / f"{name}.jsonl.gz")[:limit]
-    corpus = data / f"{name}_corpus.jsonl.gz"
-    print(f"[{name}] indexing {corpus.name} ...", file=sys.stderr)
-    report = build_index(corpus, workdir / name, embedder, progress=True)
-    index = Index.open(workdir / name, embedder=embedder)
-    result = {
-        "questions": len(questions),
-        "passages": report.manifest.count,
-        "build": {"kind": "flat", "seconds": report.seconds, "passages_per_s": report.passages_per_second},
-        "modes": {},
-        "dense_kinds": {},
-    }
-    searches = {"dense": index.search, "bm25": index.bm25_search, "hybrid": index.hybrid_search}
-    for mode in MODES:
-        print(f"[{name}] {mode}: {len(questions)} questions", file=sys.stderr)
-        searches[mode](questions[0]["question"], 1)  # warm-up
-        result["modes"][mode] = evaluate(searches[mode], questions)
-    vectors = index.dense.reconstruct_n(0, index.dense.ntotal)
-    for kind in kinds:
-        if kind == "flat":
-            continue
-        replay = ReplayEmbedder(embedder, vectors)
-        rebuilt = build_index(Corpus(corpus), workdir / f"{name}-{kind}", replay, params=DenseParams(kind=kind))
-        other = Index.open(workdir / f"{name}-{kind}", embedder=embedder)
-        print(f"[{name}] dense on {kind}", file=sys.stderr)
-        stats = evaluate(other.search, questions)
-        stats["build_seconds_without_embedding"] = rebuilt.seconds
-        stats["params"] = rebuilt.manifest.faiss
-        result["dense_kinds"][kind] = stats
-    return result
-
-
-def markdown(results: dict) -> str:
-    meta = results["meta"]
+def table(records: list[dict], run: dict) -> str:
+    sets = {r["dataset"]: [] for r in records}
+    for r in sorted(records, key=lambda r: (MODES + KINDS).index(r["mode"])):
+        sets[r["dataset"]].append(r)
+    first = records[0]
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}, {meta['cores']} cores ({meta['torch_threads']} torch thread(s)), "
-        f"Python {meta['python']}, "
-        f"embedder `{meta['embedder']}`, flat index, every question of each set as the query "
+        f"Measured {run['started'][:10]} on {run['machine']}, {run['cpus']} cores ({first['torch_threads']} torch thread(s)), "
+        f"Python {run['python']}, embedder `{run['embedder']}`, flat index, every question of each set as the query "
         f"(`python benchmarks/bench_retrieval.py --threads 1`). Load average before / after: "
-        f"{meta['load_before']} / {meta['load_after']} (other work on the machine slows the timings, not the recall).",
+        f"{first['load_before']} / {records[-1]['load_after']} (other work on the machine slows the timings, not the recall).",  # fmt: skip
         "",
         "**Recall of gold supporting titles.** recall@k: share of gold titles among the top k passages; "
-        "all@k: share of questions with every gold title in the top k; all@5 (first 100): the same on the first 100 questions.",
+        "all@k: share of questions with every gold title in the top k; all@5 (first 100): the same on the first 100 questions.",  # fmt: skip
         "",
         "| set | mode | recall@3 | recall@5 | all@3 | all@5 | all@5 (first 100) | latency mean ms | latency p95 ms |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, r in results["datasets"].items():
-        rows = [(mode, r["modes"][mode]) for mode in MODES]
-        rows += [(f"dense, {kind}", stats) for kind, stats in r["dense_kinds"].items()]
-        for mode, s in rows:
-            lines.append(
-                f"| {name} | {mode} | {s['recall@3']:.3f} | {s['recall@5']:.3f} | {s['all@3']:.1%} | {s['all@5']:.1%} | "
-                f"{s['all@5_first100']:.0%} | {s['latency_ms_mean']:.1f} | {s['latency_ms_p95']:.1f} |"
-            )
+    for name, rows in sets.items():
+        for s in rows:
+            mode = s["mode"] if s["mode"] in MODES else f"dense, {s['mode']}"
+            lines.append(f"| {name} | {mode} | {s['recall@3']:.3f} | {s['recall@5']:.3f} | {s['all@3']:.1%} | {s['all@5']:.1%} | "
+                         f"{s['all@5_first100']:.0%} | {s['latency_ms_mean']:.1f} | {s['latency_ms_p95']:.1f} |")  # fmt: skip
     lines += [
         "",
         "**Index build** (flat; time is almost all embedding; HNSW / IVF rows reuse the flat build's vectors).",
@@ -152,80 +124,35 @@ def markdown(results: dict) -> str:
         "| set | passages | questions | build s | passages/s | HNSW build s (no embedding) | IVF build s (no embedding) |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, r in results["datasets"].items():
-        extra = [
-            f"{r['dense_kinds'][k]['build_seconds_without_embedding']:.2f}" if k in r["dense_kinds"] else "-"
-            for k in ("hnsw", "ivf")
-        ]
-        lines.append(
-            f"| {name} | {r['passages']} | {r['questions']} | {r['build']['seconds']:.1f} | {r['build']['passages_per_s']:.1f} | {extra[0]} | {extra[1]} |"
-        )
+    for name, rows in sets.items():
+        kinds = {r["mode"]: f"{r['build_s_without_embedding']:.2f}" for r in rows if r["mode"] in KINDS}
+        r = rows[0]
+        lines.append(f"| {name} | {r['passages']} | {r['questions']} | {r['build_s']:.1f} | {r['passages_per_s']:.1f} | {kinds.get('hnsw', '-')} | {kinds.get('ivf', '-')} |")  # fmt: skip
     return "\n".join(lines)
 
 
-def _write_block(path: Path, body: str) -> None:
-    write_block(path, MARKER, body, title="Retrieval")
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return torch.get_num_threads()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", type=Path, default=DATA, help="folder with the question sets and corpora")
-    parser.add_argument("--datasets", default=",".join(DATASETS), help="comma-separated set names")
-    parser.add_argument("--kinds", default="flat,hnsw,ivf", help="FAISS kinds to measure dense recall on")
-    parser.add_argument("--embedder", default=DEFAULT_EMBEDDER)
-    parser.add_argument("--limit", type=int, help="only the first N questions of each set")
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "retrieval.json")
-    parser.add_argument(
-        "--doc", type=Path, default=ROOT / "docs" / "retrieval.md", help="Markdown file to update ('' for none)"
-    )
-    parser.add_argument("--keep", type=Path, help="keep the built indexes in this folder")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)")
-    parser.add_argument("--render", action="store_true", help="only rewrite the Markdown table from the --out JSON")
-    args = parser.parse_args(argv)
-    if args.render:
-        table = markdown(json.loads(args.out.read_text(encoding="utf-8")))
-        _write_block(args.doc, table)
-        print(table)
-        return 0
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-
-    load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    embedder = SentenceEmbedder.load(args.embedder)
-    results = {"meta": {}, "datasets": {}}
-    with tempfile.TemporaryDirectory(prefix="nlqo-bench-") as tmp:
-        workdir = args.keep or Path(tmp)
-        for name in args.datasets.split(","):
-            results["datasets"][name] = run_dataset(
-                name, args.data, embedder, workdir, args.kinds.split(","), args.limit
-            )
-    results["meta"] = {
-        "date": datetime.date.today().isoformat(),
-        "machine": platform.machine(),
-        "cores": os.cpu_count(),
-        "python": platform.python_version(),
-        "embedder": embedder.name,
-        "torch_threads": _torch_threads(),
-        "limit": args.limit,
-        "load_before": load_before,
-        "load_after": ", ".join(f"{x:.1f}" for x in os.getloadavg()),
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    table = markdown(results)
-    if str(args.doc):
-        _write_block(args.doc, table)
-    print(table)
-    return 0
-
+EXPERIMENT = Experiment(
+    name="retrieval",
+    doc="docs/retrieval.md",
+    block="retrieval-benchmark",
+    title="Retrieval",
+    about=__doc__,
+    cases=lambda args: [{"dataset": name} for name in args.datasets],
+    key=("dataset",),
+    configs=lambda args: [*MODES, *(k for k in KINDS if k in args.kinds)],
+    config_field="mode",
+    setup=setup,
+    measure=measure,
+    table=table,
+    options=(
+        Option.of("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder of the sets and corpora"),
+        Option.of("--datasets", nargs="+", default=list(DATASETS), help="question sets"),
+        Option.of("--kinds", nargs="*", default=list(KINDS), help="FAISS kinds besides flat for dense recall"),
+        Option.of("--embedder", default=DEFAULT_EMBEDDER),
+        Option.of("--limit", type=int, help="only the first N questions of each set"),
+        Option.of("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)"),
+    ),
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main(EXPERIMENT))
