@@ -83,17 +83,17 @@ bench: $(addprefix bench-,$(BENCH_SETS)) $(addprefix bench-baselines-,$(BENCH_SE
 	$(MAKE) -f $(THIS) bench-report
 
 # A run that already has a stage's questions (its question file's first n, all of a smaller set)
-# is skipped (benchmarks/finished.py): on a new machine it would still build its index. To grow the
+# is skipped (scripts/finished.py): on a new machine it would still build its index. To grow the
 # runs with the code their records were made with, run `make -f /path/to/this/Makefile
 # bench-staged` in a checkout of that commit: its .venv and code.
 bench-staged: install $(VENV)/.model-$(MODEL)
 	for n in $(BENCH_STAGES); do \
 		b=$$(( n < $(BASELINE_LIMIT) ? n : $(BASELINE_LIMIT) )); \
 		for s in $(BENCH_SETS); do \
-			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s $(BENCH_DATA)/$$s.jsonl.gz $$n)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; \
+			[ "$$($(PY) $(HERE)scripts/finished.py $(BENCH_OUT)/$$s $(BENCH_DATA)/$$s.jsonl.gz $$n)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-$$s BENCH_LIMIT=$$n || exit 1; \
 		done; \
 		for s in $(BENCH_SETS); do \
-			[ "$$($(PY) $(HERE)benchmarks/finished.py $(BENCH_OUT)/$$s-baselines $(BENCH_DATA)/$$s.jsonl.gz $$b)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; \
+			[ "$$($(PY) $(HERE)scripts/finished.py $(BENCH_OUT)/$$s-baselines $(BENCH_DATA)/$$s.jsonl.gz $$b)" = 0 ] || $(MAKE) -f $(THIS) --no-print-directory bench-baselines-$$s BASELINE_LIMIT=$$b || exit 1; \
 		done; \
 	done
 	$(MAKE) -f $(THIS) bench-report
@@ -159,12 +159,13 @@ ablation-%: install $(VENV)/.model-$(MODEL)
 		--out $(ABLATION_OUT)/$* --model $(MODEL) --limit $(or $(LIMIT_$*),$(ABLATION_LIMIT)) \
 		$(ABLATION_$*)
 
-# Issue 38's benchmark: on each dev set, `nlqo analyze` on the first STAT_SAMPLE questions (linear's
-# and tree's records reused from the issue-17 run: benchmarks/seed_analyze.py says why), then auto
+# Issue 38's benchmark: on each dev set, `nlqo analyze` on the first STAT_SAMPLE questions (it measures
+# every operator itself; the recorded run reused linear's and tree's issue-17 records through
+# benchmarks/seed_analyze.py at 197ff87: `git show 197ff87:benchmarks/seed_analyze.py`), then auto
 # by those statistics on the held-back questions (--skip). Auto runs beside iter-retgen, interleaved
 # in one run so their seconds compare, on the first STAT_PAIRED held-back questions; then alone on the
 # rest (iter-retgen's EM on all of them comes from the issue-17 records: its code is unchanged).
-# Hours of CPU; every step resumes where it stopped. Tables: benchmarks/statistics_report.py.
+# Hours of CPU; every step resumes where it stopped. Tables: python benchmarks/statistics_report.py.
 STAT_SAMPLE ?= 50
 STAT_PAIRED ?= 30
 STAT_OUT ?= benchmarks/results/statistics
@@ -176,11 +177,10 @@ LOAD_LIMIT ?= 16
 LOAD_INDEX ?= $(STAT_OUT)/hotpotqa_dev_199/index
 load-serve: install-test $(VENV)/.model-$(MODEL)
 	[ -f $(LOAD_INDEX)/manifest.json ] || $(NLQO) index $(BENCH_DATA)/hotpotqa_dev_199_corpus.jsonl.gz --out $(LOAD_INDEX)
-	for m in smollm2-135m $(MODEL); do $(PY) benchmarks/load_serve.py --model $$m --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT) --docs docs/serving.md || exit 1; done
+	$(PY) benchmarks/load_serve.py --models smollm2-135m $(MODEL) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index
-	$(PY) benchmarks/seed_analyze.py $* --out $(STAT_OUT)/$*/analyze --sample $(STAT_SAMPLE)
 	$(NLQO) analyze --index $(STAT_OUT)/$*/index --questions $(BENCH_DATA)/$*.jsonl.gz --sample $(STAT_SAMPLE) --model $(MODEL) --records $(STAT_OUT)/$*/analyze --out $(STAT_OUT)/$*/statistics.json
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --index $(STAT_OUT)/$*/index --out $(STAT_OUT)/$*/heldout --model $(MODEL) --statistics $(STAT_OUT)/$*/statistics.json \
 		--skip $(STAT_SAMPLE) --strategies auto,iter-retgen --limit $$(($(STAT_SAMPLE) + $(STAT_PAIRED)))
