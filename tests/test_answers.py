@@ -11,7 +11,7 @@ from nlqo.answers import short_answer
         ("The answer is: Charles Babbage", "Charles Babbage"),
         ("answer: Haarlem.", "Haarlem"),
         ("The final answer is: no, it is not.", "no"),
-        ("  Answer:  \"Summer Wars\" is from Japan.", "Summer Wars"),
+        ('  Answer:  "Summer Wars" is from Japan.', "Summer Wars"),
         ("Answer Me", "Answer Me"),
         ("The Answer Is Blowing in the Wind", "The Answer Is Blowing in the Wind"),
         ("Final Answer: ", "Final Answer:"),

@@ -84,7 +84,10 @@ def test_the_table_goes_between_the_docs_markers(tmp_path, monkeypatch):
     page.write_text("# Page\n\ntext\n\n<!-- BEGIN toy -->\nold\n<!-- END toy -->\n\nafter\n", encoding="utf-8")
     monkeypatch.setattr(ex, "REPO", tmp_path)
     ex.main(toy([], doc="page.md"), ["--out", str(tmp_path / "out"), "--limit", "1"])
-    assert page.read_text(encoding="utf-8") == "# Page\n\ntext\n\n<!-- BEGIN toy -->\n0 a 0\n0 b 0\n<!-- END toy -->\n\nafter\n"
+    assert (
+        page.read_text(encoding="utf-8")
+        == "# Page\n\ntext\n\n<!-- BEGIN toy -->\n0 a 0\n0 b 0\n<!-- END toy -->\n\nafter\n"
+    )
     assert read_block(page, "toy") == "0 a 0\n0 b 0"
     assert read_block(page, "other") is None
 
@@ -102,7 +105,9 @@ def _experiment(path: Path):
     return getattr(module, "EXPERIMENT", None)
 
 
-@pytest.mark.parametrize("path", [p for p in BENCHMARKS if "EXPERIMENT = " in p.read_text(encoding="utf-8")], ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", [p for p in BENCHMARKS if "EXPERIMENT = " in p.read_text(encoding="utf-8")], ids=lambda p: p.stem
+)
 def test_every_benchmark_table_in_the_docs_is_regenerated_from_its_records(path):
     experiment = _experiment(path)
     assert (experiment.out / ex.RECORDS).exists(), f"{path.name}: no records in {experiment.out}"
@@ -113,5 +118,7 @@ def test_every_benchmark_table_in_the_docs_is_regenerated_from_its_records(path)
 
 def test_every_remaining_benchmark_runs_through_the_shared_runner():
     scripts = [p.name for p in BENCHMARKS if not p.name.startswith("_")]
-    plain = [name for name in scripts if "EXPERIMENT = " not in (REPO / "benchmarks" / name).read_text(encoding="utf-8")]
+    plain = [
+        name for name in scripts if "EXPERIMENT = " not in (REPO / "benchmarks" / name).read_text(encoding="utf-8")
+    ]
     assert not plain, f"benchmarks that do not declare an EXPERIMENT for nlqo.eval.experiment: {plain}"

@@ -151,9 +151,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
 
 
 def parser(experiment: Experiment) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        description=experiment.about, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=experiment.about, formatter_class=argparse.RawDescriptionHelpFormatter)
     for option in experiment.options:
         p.add_argument(*option.flags, **option.kwargs)
     p.add_argument("--out", type=Path, default=experiment.out, help="results folder (default: %(default)s)")
