@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from nlqo.config import DEFAULT_MODEL
 from nlqo.eval.experiment import Experiment, Option, main
 from nlqo.llm.base import ChatMessage
 from nlqo.models import load_transformers
@@ -105,7 +106,7 @@ EXPERIMENT = Experiment(
     measure=measure,
     table=table,
     options=(
-        Option.of("--model", default="qwen2.5-coder-1.5b"),
+        Option.of("--model", default=DEFAULT_MODEL, help="model (default: the engine's, %(default)s)"),
         Option.of("--prefill", type=int, default=500, help="prompt tokens timed at once"),
         Option.of("--decode", type=int, default=16, help="decode steps timed"),
         Option.of("--threads", type=int, help="torch threads (default: torch's)"),
