@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterable, Sequence
 import attrs
 
 from nlqo.docblocks import write_block
-from nlqo.eval.records import read_records
+from nlqo.eval.records import append_records, read_records
 
 RECORDS = "records.jsonl"
 RUN = "run.json"
@@ -105,14 +105,6 @@ def machine() -> dict[str, Any]:
     return {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
 
 
-def append(path: Path, record: Record) -> None:
-    """Append one JSON line and sync it to disk, so that a killed run resumes after it."""
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def load(out: Path) -> tuple[list[Record], dict[str, Any]]:
     """The records and ``run.json`` of a results folder (a torn last record is dropped: it runs again)."""
     run_path = out / RUN
@@ -144,7 +136,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
     for n, (case, config) in enumerate(todo, 1):
         started = time.perf_counter()
         record = {**case, experiment.config_field: config, **experiment.measure(context, case, config)}
-        append(path, record)
+        append_records(path, [record])
         name = " ".join(str(case.get(k)) for k in experiment.key)
         print(f"[{n}/{len(todo)}] {name} {config}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return len(todo)
