@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.models import load_local
 
 
@@ -53,15 +53,13 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="batching",
-    doc="docs/serving.md",
-    block="batching-ceiling",
+    blocks=(Block("docs/serving.md", "batching-ceiling", table),),
     about=__doc__,
     cases=lambda args: [{"prompts": 4}],
     key=("prompts",),
     configs=lambda args: args.models,
     config_field="model",
     measure=measure,
-    table=table,
     options=(Option.of("--models", nargs="+", default=["smollm2-135m"], help="models (default: %(default)s)"),),
 )
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nlqo.embed import SentenceEmbedder
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 from nlqo.index import DenseParams, Index, build_index
 from nlqo.index.dense import build_dense
 
@@ -108,9 +108,7 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="ann",
-    doc="docs/scale-out.md",
-    block="ann-benchmark",
-    title="Scale-out: Dask for batch work",
+    blocks=(Block("docs/scale-out.md", "ann-benchmark", table, title="Scale-out: Dask for batch work"),),
     about=__doc__,
     cases=lambda args: [{"size": n} for n in args.sizes],
     key=("size",),
@@ -118,7 +116,6 @@ EXPERIMENT = Experiment(
     config_field="index",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--index", type=Path, help="a flat nlqo index whose vectors to use (default: the HotpotQA corpus)"),
         Option.of("--sizes", type=int, nargs="+", default=[0, 50000], help="vector counts; 0 = the real vectors"),

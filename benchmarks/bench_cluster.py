@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 
 DATA, WORK = REPO.parent / "shared" / "data", REPO / ".nlqo" / "bench-cluster"
 CONFIGS = {
@@ -118,14 +118,11 @@ def cases(args) -> list[dict]:
 
 EXPERIMENT = Experiment(
     name="cluster",
-    doc="docs/scale-out.md",
-    block="cluster-benchmark",
-    title="Scale-out: Dask for batch work",
+    blocks=(Block("docs/scale-out.md", "cluster-benchmark", table, title="Scale-out: Dask for batch work"),),
     about=__doc__,
     cases=cases,
     key=("part", "configuration"),
     measure=measure,
-    table=table,
     options=(
         Option.of("--part", choices=("bench", "index", "all"), default="all"),
         Option.of("--limit", type=int, default=6, help="questions (default: %(default)s)"),

@@ -18,7 +18,7 @@ from nlqo.config import EngineConfig
 from nlqo.embed import SentenceEmbedder
 from nlqo.errors import ParseFailure
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 from nlqo.eval.metrics import exact_match
 from nlqo.execute.engine import Engine
 from nlqo.index import Index, build_index
@@ -65,8 +65,7 @@ def table(rows: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="default_model",
-    doc="docs/models.md",
-    block="default-model",
+    blocks=(Block("docs/models.md", "default-model", table),),
     about=__doc__,
     cases=lambda args: [
         {"question": q.id, "text": q.question, "gold": list(q.answers)}
@@ -77,7 +76,6 @@ EXPERIMENT = Experiment(
     config_field="model",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--models", nargs="+", default=["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"], help="models compared"),
         Option.of("--limit", type=int, default=8, help="demo questions (the first LIMIT)"),

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from nlqo.embed import SentenceEmbedder
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 from nlqo.eval.metrics import exact_match
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.terminator import hops_at
@@ -107,8 +107,7 @@ def table(rows: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="execution",
-    doc="docs/execution.md",
-    block="execution-benchmark",
+    blocks=(Block("docs/execution.md", "execution-benchmark", table),),
     about=__doc__,
     cases=cases,
     key=("part", "question", "variant", "tau"),
@@ -116,7 +115,6 @@ EXPERIMENT = Experiment(
     config_field="model",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--model", default="qwen2.5-coder-0.5b"),
         Option.of("--quantize", choices=("none", "int8"), default="none", help="the local model's linear layers"),

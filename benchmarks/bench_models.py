@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from nlqo.errors import ModelNotAvailable
-from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.llm.base import ChatMessage
 from nlqo.models import BUNDLED, bundled_dir, resolve_model
 from nlqo.models.convert import is_converted, read_marker
@@ -171,9 +171,7 @@ def table(rows: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="models",
-    doc="docs/models.md",
-    block="bench-models",
-    title="Local models",
+    blocks=(Block("docs/models.md", "bench-models", table, title="Local models"),),
     about=__doc__,
     cases=lambda args: [{"name": name} for name in args.models],
     key=("name",),
@@ -181,7 +179,6 @@ EXPERIMENT = Experiment(
     config_field="dtype",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--models", nargs="*", default=[m.name for m in BUNDLED]),
         Option.of("--decode-tokens", type=int, default=48),

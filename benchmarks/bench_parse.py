@@ -12,7 +12,7 @@ import time
 from nlqo.cli.common import DEFAULT_MODEL
 from nlqo.errors import ParseFailure
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 from nlqo.ir_grammar import MAX_ATOMS
 from nlqo.llm.backends import runtime_of
 from nlqo.models import load_local
@@ -94,8 +94,7 @@ def experiment(name: str, block: str, modes: dict, table, limit: int) -> Experim
     """``modes`` side by side on the first ``limit`` questions of each set (bench_anchoring.py's too)."""
     return Experiment(
         name=name,
-        doc="docs/ir.md",
-        block=block,
+        blocks=(Block("docs/ir.md", block, table),),
         about=__doc__,
         cases=questions,
         key=("set", "qid"),
@@ -103,7 +102,6 @@ def experiment(name: str, block: str, modes: dict, table, limit: int) -> Experim
         config_field="mode",
         setup=lambda args: setup(args, modes),
         measure=measure,
-        table=table,
         options=(
             Option.of("--sets", nargs="+", default=list(SETS), choices=SETS, help="dev sets (default: all three)"),
             Option.of("--limit", type=int, default=limit, help="first N questions of each set (default: %(default)s)"),

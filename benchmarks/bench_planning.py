@@ -13,7 +13,7 @@ import statistics
 import time
 
 from nlqo.cost import load_cost_model
-from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.llm.base import Completion, Usage
 from nlqo.optimizer import Optimizer
@@ -92,16 +92,13 @@ def table(rows: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="planning",
-    doc="docs/optimizer.md",
-    block="planning-benchmark",
-    title="The optimizer",
+    blocks=(Block("docs/optimizer.md", "planning-benchmark", table, title="The optimizer"),),
     about=__doc__,
     cases=lambda args: [{"shape": s, "atoms": n} for s in SHAPES for n in args.sizes],
     key=("shape", "atoms"),
     configs=lambda args: ["structural"],
     config_field="cost_model",
     measure=measure,
-    table=table,
     options=(
         Option.of("--sizes", type=int, nargs="+", default=[4, 6, 8, 10, 12, 14, 16], help="atoms per query"),
         Option.of("--repeat", type=int, default=3, help="runs per query; the median is reported"),

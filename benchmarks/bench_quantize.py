@@ -17,7 +17,7 @@ import time
 import torch
 
 from nlqo.config import DEFAULT_MODEL
-from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.llm.base import ChatMessage
 from nlqo.models import load_transformers
 
@@ -95,8 +95,7 @@ def table(rows: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="quantize",
-    doc="docs/models.md",
-    block="bench-quantize",
+    blocks=(Block("docs/models.md", "bench-quantize", table),),
     about=__doc__,
     cases=lambda args: [{"model": args.model}],
     key=("model",),
@@ -104,7 +103,6 @@ EXPERIMENT = Experiment(
     config_field="quantize",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--model", default=DEFAULT_MODEL, help="model (default: the engine's, %(default)s)"),
         Option.of("--prefill", type=int, default=500, help="prompt tokens timed at once"),

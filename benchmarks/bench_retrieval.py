@@ -20,7 +20,7 @@ import attrs
 import numpy as np
 
 from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 from nlqo.index import Corpus, DenseParams, Index, build_index
 
 MODES, KINDS = ("dense", "bm25", "hybrid"), ("hnsw", "ivf")
@@ -133,9 +133,7 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="retrieval",
-    doc="docs/retrieval.md",
-    block="retrieval-benchmark",
-    title="Retrieval",
+    blocks=(Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval"),),
     about=__doc__,
     cases=lambda args: [{"dataset": name} for name in args.datasets],
     key=("dataset",),
@@ -143,7 +141,6 @@ EXPERIMENT = Experiment(
     config_field="mode",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder of the sets and corpora"),
         Option.of("--datasets", nargs="+", default=list(DATASETS), help="question sets"),

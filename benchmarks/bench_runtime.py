@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
-from nlqo.eval.experiment import Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.llm.llamacpp import default_threads
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -271,8 +271,7 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="runtime",
-    doc="docs/models.md",
-    block="bench-runtime",
+    blocks=(Block("docs/models.md", "bench-runtime", table),),
     about=__doc__,
     cases=cases,
     key=("part", "qid", "strategy"),
@@ -280,7 +279,6 @@ EXPERIMENT = Experiment(
     config_field="runtime",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--model", default=DEFAULT_MODEL),
         Option.of("--part", choices=("all", "speed", "qa"), default="all"),

@@ -27,7 +27,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -183,8 +183,7 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="server",
-    doc="docs/backends.md",
-    block="server-benchmark",
+    blocks=(Block("docs/backends.md", "server-benchmark", table),),
     about=__doc__,
     cases=lambda args: [{"part": p} for p in ("ask", "wave") if args.part in (p, "all")],
     key=("part",),
@@ -194,7 +193,6 @@ EXPERIMENT = Experiment(
     config_field="backend",
     setup=setup,
     measure=measure,
-    table=table,
     options=(
         Option.of("--model", default="smollm2-135m"),
         Option.of("--threads", type=int, default=2, help="CPU threads per backend"),

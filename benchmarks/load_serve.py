@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from nlqo.eval.experiment import Experiment, Option, load, main
+from nlqo.eval.experiment import Block, Experiment, Option, load, main
 
 NLQO = [sys.executable, "-m", "nlqo"]
 
@@ -125,8 +125,7 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="serve",
-    doc="docs/serving.md",
-    block="load-test",
+    blocks=(Block("docs/serving.md", "load-test", table),),
     about=__doc__,
     cases=lambda args: [{"clients": n} for n in (0, *args.levels)],
     key=("clients",),
@@ -134,7 +133,6 @@ EXPERIMENT = Experiment(
     config_field="model",
     setup=Load,
     measure=measure,
-    table=table,
     options=(
         Option.of("--models", nargs="+", default=["smollm2-135m"], help="models compared (default: %(default)s)"),
         Option.of("--index", type=Path, help="the index `nlqo serve` and `nlqo ask` use"),

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nlqo.eval.experiment import RESULTS, Experiment, Option, main
+from nlqo.eval.experiment import RESULTS, Block, Experiment, Option, main
 from nlqo.eval.metrics import bootstrap_diff, wilson_interval
 from nlqo.eval.records import read_records
 
@@ -116,15 +116,13 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="statistics-report",
-    doc="docs/benchmarks.md",
-    block="statistics-report",
+    blocks=(Block("docs/benchmarks.md", "statistics-report", table),),
     about=__doc__,
     cases=lambda args: [{"set": name} for name in SETS],
     key=("set",),
     configs=lambda args: ["statistics"],
     config_field="auto",
     measure=measure,
-    table=table,
     options=(
         Option.of("--runs", type=Path, default=RESULTS / "runs", help="the benchmark of record's run folders"),
         Option.of("--stats", type=Path, default=RESULTS / "statistics", help="make bench-statistics' output folder"),

@@ -20,16 +20,17 @@ def toy(calls: list, doc: str = "") -> ex.Experiment:
         calls.append((case["n"], config))
         return {"value": case["n"] * (10 if config == "b" else 1), "seen": context}
 
+    def table(records, run):
+        return "\n".join(f"{r['n']} {r['config']} {r['value']}" for r in records)
+
     return ex.Experiment(
         name="toy",
-        doc=doc,
-        block="toy",
+        blocks=(ex.Block(doc, "toy", table),),
         cases=lambda args: [{"n": n} for n in range(args.limit)],
         key=("n",),
         configs=lambda args: ["a", "b"],
         setup=lambda args: "context",
         measure=measure,
-        table=lambda records, run: "\n".join(f"{r['n']} {r['config']} {r['value']}" for r in records),
         options=(ex.Option.of("--limit", type=int, default=3),),
     )
 
@@ -92,6 +93,28 @@ def test_the_table_goes_between_the_docs_markers(tmp_path, monkeypatch):
     assert read_block(page, "other") is None
 
 
+def test_a_case_is_measured_only_in_the_configurations_it_applies_to(tmp_path):
+    calls: list = []
+    only_a_after_the_first = attrs.evolve(toy(calls), applies=lambda case, config: config == "a" or case["n"] == 0)
+    ex.main(only_a_after_the_first, ["--out", str(tmp_path), "--limit", "3", "--no-docs"])
+    assert calls == [(0, "a"), (0, "b"), (1, "a"), (2, "a")]
+    calls.clear()
+    ex.main(only_a_after_the_first, ["--out", str(tmp_path), "--limit", "3", "--no-docs"])
+    assert calls == []
+
+
+def test_one_experiment_writes_each_of_its_blocks_from_the_same_records(tmp_path, monkeypatch):
+    for page, name in (("a.md", "toy"), ("b.md", "x")):
+        (tmp_path / page).write_text(f"<!-- BEGIN {name} -->\n<!-- END {name} -->\n", encoding="utf-8")
+    monkeypatch.setattr(ex, "REPO", tmp_path)
+    total = ex.Block("b.md", "x", lambda records, run: f"total {sum(r['value'] for r in records)}")
+    both = attrs.evolve(toy([], doc="a.md"), blocks=(*toy([], doc="a.md").blocks, total))
+    ex.main(both, ["--out", str(tmp_path / "out"), "--limit", "2"])
+    assert read_block(tmp_path / "a.md", "toy") == "0 a 0\n0 b 0\n1 b 10\n1 a 1"
+    assert read_block(tmp_path / "b.md", "x") == "total 11"
+    assert ex.render(both, tmp_path / "out") == {"toy": "0 a 0\n0 b 0\n1 b 10\n1 a 1", "x": "total 11"}
+
+
 def test_read_block_returns_what_write_block_wrote(tmp_path):
     page = tmp_path / "p.md"
     write_block(page, "x", "a\n\nb\n", title="T")
@@ -111,9 +134,12 @@ def _experiment(path: Path):
 def test_every_benchmark_table_in_the_docs_is_regenerated_from_its_records(path):
     experiment = _experiment(path)
     assert (experiment.out / ex.RECORDS).exists(), f"{path.name}: no records in {experiment.out}"
-    shown = read_block(REPO / experiment.doc, experiment.block)
-    assert shown is not None, f"{experiment.doc} has no block {experiment.block}"
-    assert ex.render(experiment).rstrip() == shown
+    assert experiment.blocks, f"{path.name} renders no docs block"
+    tables = ex.render(experiment)
+    for block in experiment.blocks:
+        shown = read_block(REPO / block.doc, block.name)
+        assert shown is not None, f"{block.doc} has no block {block.name}"
+        assert tables[block.name].rstrip() == shown, f"{path.name}: {block.doc}'s block {block.name} differs"
 
 
 def test_every_remaining_benchmark_runs_through_the_shared_runner():

@@ -11,8 +11,8 @@ quotes. :func:`main` does the rest for all of them:
   drift over hours falls on all of them alike (quote their ratios, not their seconds);
 - ``OUT/run.json`` says what ran: the command, its options (one field each), the commit, the machine,
   when;
-- the table is written between the docs page's markers for the experiment's block, from the records
-  alone, so ``--render`` (no measuring) regenerates exactly what the docs show.
+- each table is written between its docs page's markers (an experiment may fill several blocks), from
+  the records alone, so ``--render`` (no measuring) regenerates exactly what the docs show.
 
 >>> list(rotated(["a", "b", "c"], 1))
 ['b', 'c', 'a']
@@ -57,29 +57,39 @@ class Option:
 
 
 @attrs.frozen
+class Block:
+    """A table in the docs: ``table(records, run)`` between the markers of block ``name`` in ``doc``
+    (a page that does not exist yet starts with ``# title``)."""
+
+    doc: str
+    name: str
+    table: Callable[[list[Record], dict[str, Any]], str]
+    title: str = ""
+
+
+@attrs.frozen
 class Experiment:
-    """A side-by-side experiment: ``measure`` of every configuration on every case, rendered by ``table``.
+    """A side-by-side experiment: ``measure`` of every configuration on every case, rendered as ``blocks``.
 
     ``cases(args)`` yields dicts whose ``key`` fields name a case; a record is the case, the
     configuration under ``config_field``, and what ``measure(context, case, config)`` returned.
     ``setup(args)`` makes the context once per run (a loaded model, say); ``configs(args)`` names the
-    configurations. ``table(records, run)`` gets every record and ``run.json``; ``artifacts(records,
-    run, out)``, when given, writes what else the records make (plots, summaries) into ``out``.
+    configurations, and ``applies(case, config)`` says which of them a case is measured in (a part that
+    only some runtimes have, say). Each block's table gets every record and ``run.json``;
+    ``artifacts(records, run, out)``, when given, writes what else the records make into ``out``.
     """
 
     name: str
-    doc: str
-    block: str
+    blocks: tuple[Block, ...]
     cases: Callable[[argparse.Namespace], Iterable[Case]]
     measure: Callable[[Any, Case, str], Record]
-    table: Callable[[list[Record], dict[str, Any]], str]
     configs: Callable[[argparse.Namespace], Sequence[str]] = lambda args: ("default",)
+    applies: Callable[[Case, str], bool] = lambda case, config: True
     setup: Callable[[argparse.Namespace], Any] = lambda args: args
     options: tuple[Option, ...] = ()
     artifacts: Callable[[list[Record], dict[str, Any], Path], None] | None = None
     key: tuple[str, ...] = ("case",)
     config_field: str = "config"
-    title: str = ""
     about: str = ""
 
     @property
@@ -112,10 +122,10 @@ def load(out: Path) -> tuple[list[Record], dict[str, Any]]:
     return read_records(out / RECORDS), run
 
 
-def render(experiment: Experiment, out: Path | None = None) -> str:
-    """The experiment's table, from its records alone."""
+def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
+    """The experiment's tables by block name, from its records alone."""
     records, run = load(out or experiment.out)
-    return experiment.table(records, run)
+    return {block.name: block.table(records, run) for block in experiment.blocks}
 
 
 def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> int:
@@ -128,7 +138,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
         (case, config)
         for i, case in enumerate(cases)
         for config in rotated(configs, i)
-        if (*(case.get(k) for k in experiment.key), config) not in done
+        if experiment.applies(case, config) and (*(case.get(k) for k in experiment.key), config) not in done
     ]
     if not todo:
         return 0
@@ -147,9 +157,10 @@ def parser(experiment: Experiment) -> argparse.ArgumentParser:
     for option in experiment.options:
         p.add_argument(*option.flags, **option.kwargs)
     p.add_argument("--out", type=Path, default=experiment.out, help="results folder (default: %(default)s)")
-    p.add_argument("--render", action="store_true", help="only rewrite the docs table from the records")
+    p.add_argument("--render", action="store_true", help="only rewrite the docs tables from the records")
     p.add_argument("--force", action="store_true", help="measure again what has records")
-    p.add_argument("--no-docs", action="store_true", help=f"do not write the table into {experiment.doc}")
+    pages = ", ".join(dict.fromkeys(block.doc for block in experiment.blocks))
+    p.add_argument("--no-docs", action="store_true", help=f"do not write the tables into {pages}")
     return p
 
 
@@ -180,10 +191,11 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> int:
         (out / RUN).write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
         measured = measure_all(experiment, args, out)
         print(f"{measured} measured; records in {out / RECORDS}", file=sys.stderr)
-    text = render(experiment, out)
-    print(text)
+    tables = render(experiment, out)
+    print("\n\n".join(tables.values()))
     if experiment.artifacts is not None:
         experiment.artifacts(*load(out), out)
-    if experiment.doc and not args.no_docs:
-        write_block(REPO / experiment.doc, experiment.block, text, title=experiment.title)
+    if not args.no_docs:
+        for block in experiment.blocks:
+            write_block(REPO / block.doc, block.name, tables[block.name], title=block.title)
     return 0
