@@ -6,10 +6,13 @@ alternating, ``--repeats`` times each: median execution times, their ratio, the 
 flight at once, and what ``auto`` chooses (``nlqo explain --strategy auto``). Case ``wave``: 4 equal
 requests sent together and one by one, in pairs back to back, for three shapes: where a gain comes
 from (prefill or decoding). Backends: the in-process llama.cpp runtime, and llama.cpp's server with
-N slots (scripts/serve-llama.sh; build it with scripts/build-llama-server.sh). Records in
-benchmarks/results/server/, the table in docs/backends.md.
+N slots (scripts/serve-llama.sh; build it with scripts/build-llama-server.sh). Case ``ceiling``
+(in-process only, issue 40): one ~600-token prompt's prefill, then 4 completions of it one after
+another and at once: prefill is compute-bound, so batching gains only on the decode share, which
+bounds what ``nlqo serve``'s concurrency can add. Records in benchmarks/results/server/, the tables
+in docs/backends.md and (the ceiling) docs/serving.md.
 
-    python benchmarks/bench_server.py [--slots 4 1] [--repeats 3] [--render]
+    python benchmarks/bench_server.py [--slots 4 1] [--repeats 3] [--part ask|wave|ceiling|all] [--render]
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def nlqo(*args: str) -> dict:
 
 def setup(args):
     server = Path(os.environ.get("LLAMA_SERVER", Path.home() / ".cache/nlqo/llama-server/bin/llama-server"))
-    if args.slots and not os.access(server, os.X_OK):
+    if args.slots and args.part != "ceiling" and not os.access(server, os.X_OK):
         raise SystemExit(f"{server} is not built: run scripts/build-llama-server.sh (llama-cpp-python's has one slot)")
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "plan.nlqo").write_text(IR, encoding="utf-8")
@@ -121,26 +124,44 @@ def ask(args, model: str) -> dict:
     }
 
 
+def seconds(llm, prompts: list[str], tokens: int, together: bool) -> float:
+    """Wall seconds to complete ``prompts`` (``tokens`` each) sent at once, or one after another."""
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(prompts) if together else 1) as pool:
+        list(pool.map(lambda prompt: llm.complete(prompt, max_tokens=tokens, stop=()), prompts))
+    return time.perf_counter() - started
+
+
 def wave(llm, shape: str, requests: int = 4, pairs: int = 3) -> dict:
     """``requests`` requests of one shape sent together and one by one, in ``pairs`` back to back
     (the order alternating); each starts with its own text, so no prefix cache serves it."""
     prompt_tokens, generated = SHAPES[shape]
     text = " ".join((FILLER * 40).split()[: int(prompt_tokens * 0.75)])
-    send = lambda tag, i: llm.complete(f"Request {tag}.{i}: {text}\nAnswer:", max_tokens=generated, stop=())  # noqa: E731
-
-    def seconds(together: bool, tag: str) -> float:
-        started = time.perf_counter()
-        with ThreadPoolExecutor(requests if together else 1) as pool:
-            list(pool.map(lambda i: send(tag, i), range(requests)))
-        return time.perf_counter() - started
-
+    prompts = lambda tag: [f"Request {tag}.{i}: {text}\nAnswer:" for i in range(requests)]  # noqa: E731
     llm.complete("Warm-up:", max_tokens=2)
     rows = []
     for i in range(pairs):
         order = (True, False) if i % 2 == 0 else (False, True)
-        t = dict(zip(order, (seconds(order[0], f"{shape}{i}a"), seconds(order[1], f"{shape}{i}b"))))
+        t = {at_once: seconds(llm, prompts(f"{shape}{i}{ab}"), generated, at_once) for at_once, ab in zip(order, "ab")}
         rows.append({"together_s": round(t[True], 2), "one_by_one_s": round(t[False], 2), "gain": round(t[False] / t[True], 3)})  # fmt: skip
     return {"pairs": rows, "gain": statistics.median(r["gain"] for r in rows)}
+
+
+def ceiling(llm, model: str, n: int = 4, tokens: int = 32) -> dict:
+    """One prompt's prefill, then ``n`` completions of the size `nlqo serve` sends for a one-retrieval
+    answer (about 600 prompt tokens) one after another and at once (one batch in the runtime)."""
+    prompts = [f"Story number {i}. " + "The history of the city. " * 100 for i in range(n)]
+    llm.complete(prompts[0], max_tokens=1)  # warm-up
+    started = time.perf_counter()
+    first = llm.complete(prompts[1], max_tokens=1)
+    prefill = time.perf_counter() - started
+    sequential, together = seconds(llm, prompts, tokens, False), seconds(llm, prompts, tokens, True)
+    return {
+        **{"model": model, "prompts": n, "prompt_tokens": first.usage.prompt_tokens},
+        **{"prefill_seconds": round(prefill, 3), "sequential_seconds": round(sequential, 3)},
+        **{"at_once_seconds": round(together, 3), "prefill_share": round(n * prefill / sequential, 3)},
+        "batching_gain": round(sequential / together, 3),
+    }
 
 
 def measure(args, case: dict, backend: str) -> dict:
@@ -153,7 +174,7 @@ def measure(args, case: dict, backend: str) -> dict:
         else:
             name, _, url = model.removeprefix("openai:").partition("@")
             llm = load_local(model, threads=args.threads, progress=False) if not url else OpenAICompatLLM(url, name, timeout_s=900.0)  # fmt: skip
-            out = {shape: wave(llm, shape) for shape in SHAPES}
+            out = ceiling(llm, args.model) if case["part"] == "ceiling" else {s: wave(llm, s) for s in SHAPES}
     return {**out, "load_after": [round(x, 2) for x in os.getloadavg()]}
 
 
@@ -181,16 +202,34 @@ def table(records: list[dict], run: dict) -> str:
     return "\n".join(lines)
 
 
+def ceiling_table(records: list[dict], run: dict) -> str:
+    rows = [
+        "| model | prompt tokens | prefill s | four one after another s | four at once s | prefill share | batching gain |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    rows += [
+        f"| {r['model']} | {r['prompt_tokens']} | {r['prefill_seconds']} | {r['sequential_seconds']} | "
+        f"{r['at_once_seconds']} | {r['prefill_share']:.0%} | {r['batching_gain']}x |"
+        for r in records
+        if r["part"] == "ceiling"
+    ]
+    return "\n".join(rows)
+
+
 EXPERIMENT = Experiment(
     name="server",
-    blocks=(Block("docs/backends.md", "server-benchmark", table),),
+    blocks=(
+        Block("docs/backends.md", "server-benchmark", table),
+        Block("docs/serving.md", "batching-ceiling", ceiling_table),
+    ),
     about=__doc__,
-    cases=lambda args: [{"part": p} for p in ("ask", "wave") if args.part in (p, "all")],
+    cases=lambda args: [{"part": p} for p in ("ask", "wave", "ceiling") if args.part in (p, "all")],
     key=("part",),
     configs=lambda args: (
         [IN_PROCESS] * args.in_process + [f"llama-server, {n} slot{'s' * (n > 1)}" for n in args.slots]
     ),
     config_field="backend",
+    applies=lambda case, backend: case["part"] != "ceiling" or backend == IN_PROCESS,
     setup=setup,
     measure=measure,
     options=(
@@ -199,7 +238,7 @@ EXPERIMENT = Experiment(
         Option.of("--slots", type=int, nargs="*", default=[4, 1], help="server slot counts (default: %(default)s)"),
         Option.of("--repeats", type=int, default=3),
         Option.of("--no-in-process", dest="in_process", action="store_false"),
-        Option.of("--part", choices=("ask", "wave", "all"), default="all", help="ask: nlqo ask; wave: one wave"),
+        Option.of("--part", choices=("ask", "wave", "ceiling", "all"), default="all", help="the cases measured"),
     ),
 )
 
