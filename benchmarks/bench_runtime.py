@@ -1,8 +1,8 @@
 """The local runtimes side by side on the default model: transformers float32, transformers int8
-and llama.cpp (the same GGUF weights as they are). Records in benchmarks/results/runtime/, the table
+and llama.cpp (the same GGUF weights as they are). Records in benchmarks/results/runtime/, the tables
 in docs/models.md.
 
-    python benchmarks/bench_runtime.py [--part all|speed|qa] [--limit 50] [--runtimes float32,int8,llama-cpp]
+    python benchmarks/bench_runtime.py [--part all|speed|qa|quantize] [--limit 50] [--runtimes float32,int8,llama-cpp]
 
 * **speed**: prefill and decode tokens/s, time to first token after a warm scaffold (the linear
   template's prefix restored, a question appended), and total decode throughput of 1, 2 and 4
@@ -12,6 +12,10 @@ in docs/models.md.
 * **qa**: ``standard-rag`` and ``linear`` on the first ``--limit`` HotpotQA questions, every runtime
   on every question, interleaved, with EM, seconds per question, and how many answers are identical
   to float32's; paired bootstrap 95% intervals of each runtime's EM minus float32's.
+* **quantize** (transformers only): float32 vs int8 linear layers in bare forward passes, prefill and
+  decode timed, whether 24 greedy tokens of a chat answer match float32's, and whether prefilling the
+  prompt in two pieces gives the same tokens as at once (int8 computes activation scales per forward
+  pass, so KV reuse is not bit-exact there).
 
 All runtimes are loaded in this one process and run one at a time with the same thread count;
 nothing else should run on the machine (llama.cpp slows badly when its threads share cores).
@@ -20,13 +24,14 @@ nothing else should run on the machine (llama.cpp slows badly when its threads s
 from __future__ import annotations
 
 import functools
+import os
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
-from nlqo.eval.experiment import Block, Experiment, Option, main
+from nlqo.eval.experiment import Block, Experiment, Option, main, now
 from nlqo.llm.llamacpp import default_threads
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -36,6 +41,7 @@ FILLER = (
     "Barcelona hosted the 1992 Summer Olympics. Barcelona is the capital of Catalonia, an autonomous "
     "community of Spain. Madrid is the capital of Spain and the Manzanares river flows through it. "
 )
+QUESTION = "Which river flows through the capital of the country that hosted the 1992 Summer Olympics?"
 
 
 def own(llm):
@@ -122,6 +128,49 @@ def bare_decode(path: Path, threads: int, *, tokens: int = 48, seqs: int = 1) ->
     return rate
 
 
+def greedy(llm, ids: list[int], n: int, split: int | None = None) -> list[int]:
+    """``n`` greedy tokens after ``ids``, prefilled at once or in two pieces at ``split``."""
+    import torch
+
+    with torch.inference_mode():
+        cache = llm._new_cache()
+        if split:
+            llm._forward(cache, ids[:split])
+        logits = llm._forward(cache, ids[split or 0 :])
+        out = []
+        for _ in range(n):
+            out.append(int(torch.argmax(logits)))
+            logits = llm._forward(cache, [out[-1]])
+    return out
+
+
+def quantized(llm, model: str, prefill: int = 500, decode: int = 16) -> dict:
+    """A transformers model's bare forward passes: ``prefill`` prompt tokens at once, then ``decode``
+    single-token steps; its greedy chat answer, and whether it survives a prefill in two pieces."""
+    import torch
+
+    from nlqo.llm.base import ChatMessage
+
+    filler = llm.encode(FILLER * 200)[:prefill]
+    with torch.inference_mode():
+        llm._forward(llm._new_cache(), filler[:32])  # warm-up
+        cache, started = llm._new_cache(), time.perf_counter()
+        llm._forward(cache, filler)
+        prefill_s, started = time.perf_counter() - started, time.perf_counter()
+        for _ in range(decode):
+            llm._forward(cache, [filler[0]])
+        decode_s = (time.perf_counter() - started) / decode
+    prompt = llm.encode(llm.format_chat([ChatMessage("system", FILLER), ChatMessage("user", QUESTION)]))
+    answer = greedy(llm, prompt, 24)
+    return {
+        **{"model": model, "measured": now(), "prefill": prefill, "decode": decode},
+        **{"prefill_tok_s": prefill / prefill_s, "decode_s_per_token": decode_s, "answer_ids": answer},
+        "answer": llm.decode(answer),
+        "same_when_prefilled_in_two_pieces": greedy(llm, prompt, 24, len(prompt) // 2) == answer,
+        **{"torch": torch.__version__, "threads": torch.get_num_threads(), "load_average": os.getloadavg()[0]},
+    }
+
+
 @functools.cache
 def loaded(label: str, model: str, threads: int):
     from nlqo.models import load_local
@@ -133,7 +182,7 @@ def loaded(label: str, model: str, threads: int):
 def cases(args) -> list[dict]:
     from nlqo.eval.datasets import QuestionSet
 
-    out = [{"part": "speed"}] if args.part in ("all", "speed") else []
+    out = [{"part": p} for p in ("speed", "quantize") if args.part in ("all", p)]
     if args.part in ("all", "qa"):
         questions = QuestionSet.load(args.questions, limit=args.limit).questions
         out += [{"part": "qa", "qid": q.id, "index": i, "strategy": s} for i, q in enumerate(questions) for s in args.strategies]  # fmt: skip
@@ -148,7 +197,7 @@ def setup(args):
 
     torch.set_num_threads(args.threads)
     args.by_id = {q.id: q for q in QuestionSet.load(args.questions, limit=args.limit).questions}
-    args.index = None if args.part == "speed" else open_index(args.out, corpus=str(args.corpus), progress=True)[0]
+    args.index = open_index(args.out, corpus=str(args.corpus), progress=True)[0] if args.part in ("all", "qa") else None
     args.strategies_by_runtime = {}  # (runtime, strategy) -> the strategy, on its own fork of the model
     return args
 
@@ -166,22 +215,17 @@ def measure(args, case: dict, label: str) -> dict:
                     bare_decode(path, threads, seqs=seqs) for _ in range(3)
                 )
         return row
-    from nlqo.eval.metrics import score
+    if case["part"] == "quantize":
+        return quantized(llm, args.model)
+    from nlqo.eval.runner import run_record
     from nlqo.strategies import build_strategy
 
     if (label, case["strategy"]) not in args.strategies_by_runtime:
         index = args.index
         run = build_strategy(case["strategy"], own(llm), index.retriever("hybrid"), embedder=index.embedder, k=3)
         args.strategies_by_runtime[label, case["strategy"]] = run
-    question = args.by_id[case["qid"]]
-    started = time.perf_counter()
-    result = args.strategies_by_runtime[label, case["strategy"]].run(question.question)
-    seconds = time.perf_counter() - started
-    stats = result.stats()
-    fields = ("llm_calls", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "retrievals")
-    return {"answer": result.answer, "em": score(result.answer, question.answers).em, "seconds": round(seconds, 3)} | {
-        k: stats[k] for k in fields
-    }
+    strategy = args.strategies_by_runtime[label, case["strategy"]]
+    return run_record(strategy, args.by_id[case["qid"]], case["index"], case["strategy"])
 
 
 def speed_table(rows: list[dict], run: dict) -> list[str]:
@@ -261,6 +305,26 @@ def qa_table(records: list[dict], rates: dict, run: dict) -> list[str]:
     return lines
 
 
+def quantize_table(records: list[dict], run: dict) -> str:
+    rows = sorted((r for r in records if r["part"] == "quantize"), key=lambda r: list(RUNTIMES).index(r["runtime"]))
+    base = rows[0]
+    lines = [
+        f"Measured {base['measured'][:10]} on {run['machine']}, {run['cpus']} cores, load average {base['load_average']:.1f}, "
+        f"torch {base['torch']}, {base['threads']} threads, model `{base['model']}`, {base['prefill']}-token prefill, "
+        f"{base['decode']} decode steps (`python benchmarks/bench_runtime.py --part quantize`).",
+        "",
+        "| linear layers | prefill tok/s | decode s/token | speed-up prefill / decode | same 24-token answer as float32 | same tokens when prefilled in two pieces | answer |",
+        "|---|---:|---:|---:|---|---|---|",
+    ]
+    for r in rows:
+        speed = f"{r['prefill_tok_s'] / base['prefill_tok_s']:.2f}x / {base['decode_s_per_token'] / r['decode_s_per_token']:.2f}x"
+        answer = r["answer"].split("<|")[0].replace("\n", " ").replace("|", "/").strip()  # up to the end-of-turn marker
+        same = "yes" if r["answer_ids"] == base["answer_ids"] else "no"
+        chunked = "yes" if r["same_when_prefilled_in_two_pieces"] else "no"
+        lines.append(f"| {r['runtime']} | {r['prefill_tok_s']:.1f} | {r['decode_s_per_token']:.3f} | {speed} | {same} | {chunked} | {answer} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 def table(records: list[dict], run: dict) -> str:
     speeds = [r for r in records if r["part"] == "speed"]
     qa = [r for r in records if r["part"] == "qa"]
@@ -271,17 +335,18 @@ def table(records: list[dict], run: dict) -> str:
 
 EXPERIMENT = Experiment(
     name="runtime",
-    blocks=(Block("docs/models.md", "bench-runtime", table),),
+    blocks=(Block("docs/models.md", "bench-runtime", table), Block("docs/models.md", "bench-quantize", quantize_table)),
     about=__doc__,
     cases=cases,
     key=("part", "qid", "strategy"),
     configs=lambda args: args.runtimes.split(","),
     config_field="runtime",
+    applies=lambda case, runtime: case["part"] != "quantize" or RUNTIMES[runtime][0] == "transformers",
     setup=setup,
     measure=measure,
     options=(
         Option.of("--model", default=DEFAULT_MODEL),
-        Option.of("--part", choices=("all", "speed", "qa"), default="all"),
+        Option.of("--part", choices=("all", "speed", "qa", "quantize"), default="all"),
         Option.of("--runtimes", default=",".join(RUNTIMES), help="comma-separated subset of " + ", ".join(RUNTIMES)),
         Option.of("--strategies", nargs="+", default=["standard-rag", "linear"]),
         Option.of("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz"),
