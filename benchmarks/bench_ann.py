@@ -10,20 +10,18 @@ at a time on one FAISS thread. HNSW is searched at several ``efSearch``, IVF at 
 
 from __future__ import annotations
 
-import gzip
-import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from nlqo.embed import SentenceEmbedder
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main
 from nlqo.index import DenseParams, Index, build_index
 from nlqo.index.dense import build_dense
 
-DATA, KINDS, K = REPO.parent / "shared" / "data", ("flat", "hnsw", "ivf"), 10
+KINDS, K = ("flat", "hnsw", "ivf"), 10
 
 
 def setup(args) -> tuple[np.ndarray, str, np.ndarray]:
@@ -37,8 +35,8 @@ def setup(args) -> tuple[np.ndarray, str, np.ndarray]:
     index = Index.open(path, embedder=embedder)
     if index.manifest.kind != "flat":
         raise SystemExit(f"{path} is a {index.manifest.kind} index; pass a flat one (its vectors are stored exactly)")
-    with gzip.open(DATA / "hotpotqa_dev_199.jsonl.gz", "rt", encoding="utf-8") as f:
-        queries = embedder.encode([json.loads(line)["question"] for line in f if line.strip()], kind="query", progress=False)  # fmt: skip
+    questions = QuestionSet.load(DATA / "hotpotqa_dev_199.jsonl.gz").questions
+    queries = embedder.encode([q.question for q in questions], kind="query", progress=False)
     source = f"{index.manifest.source} ({index.manifest.embedder})"
     return index.dense.reconstruct_n(0, index.dense.ntotal), source, queries
 
@@ -66,7 +64,7 @@ def settings(index, p: DenseParams):
 def measure(context, case: dict, kind: str) -> dict:
     import faiss
 
-    (real, source, queries), before = context, [round(x, 2) for x in os.getloadavg()]
+    (real, source, queries), before = context, load_average()
     vectors = real if case["size"] == 0 else synthetic(real, case["size"])
     _, exact = build_dense(vectors, DenseParams().resolved(len(vectors))).search(queries, K)
     params = DenseParams(kind=kind).resolved(len(vectors))
@@ -81,7 +79,7 @@ def measure(context, case: dict, kind: str) -> dict:
         query_ms = round((time.perf_counter() - started) * 1000 / len(queries), 3)
         recall = round(float(np.mean([len(set(f) & set(e)) / K for f, e in zip(found, exact)])), 4)
         rows.append({"setting": setting, "default": default, "recall_at_10": recall, "query_ms": query_ms, "build_s": build_s, "size_mb": size_mb})  # fmt: skip
-    load = {"load_before": before, "load_after": [round(x, 2) for x in os.getloadavg()]}
+    load = {"load_before": before, "load_after": load_average()}
     return {"vectors": len(vectors), "synthetic": case["size"] != 0, "source": source, "queries": len(queries), "rows": rows, **load}  # fmt: skip
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,9 +20,9 @@ import sys
 import time
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main
 
-DATA, WORK = REPO.parent / "shared" / "data", REPO / ".nlqo" / "bench-cluster"
+WORK = REPO / ".nlqo" / "bench-cluster"
 CONFIGS = {
     "1 process, 2 threads": ["--threads", "2"],
     "1 process, 1 thread": ["--threads", "1"],
@@ -40,7 +39,7 @@ COLUMNS = {
 
 
 def load() -> str:
-    return ", ".join(str(round(x, 2)) for x in os.getloadavg())
+    return ", ".join(map(str, load_average()))
 
 
 def nlqo(*args: str, wait_for: Path | None = None) -> tuple[float, float | None, str]:

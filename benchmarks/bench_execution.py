@@ -17,14 +17,13 @@ from pathlib import Path
 
 from nlqo.embed import SentenceEmbedder
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
 from nlqo.eval.metrics import exact_match
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.terminator import hops_at
 from nlqo.index import Index, build_index
 from nlqo.models import load_transformers
 
-DATA = REPO.parent / "shared" / "data"
 TAUS = (0.8, 0.85, 0.9)
 STATS = ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from nlqo.errors import ModelNotAvailable
-from nlqo.eval.experiment import Block, Experiment, Option, main
+from nlqo.eval.experiment import THREADS, Block, Experiment, Option, main, torch_threads
 from nlqo.llm.base import ChatMessage
 from nlqo.models import BUNDLED, bundled_dir, resolve_model
 from nlqo.models.convert import is_converted, read_marker
@@ -69,14 +69,6 @@ def question_suffix(llm, question: str) -> str:
     """The chat-template text of one more user turn plus the assistant header."""
     with_q = llm.format_chat([ChatMessage("system", "S"), ChatMessage("user", question)])
     return with_q[len(llm.format_chat([ChatMessage("system", "S")], add_generation_prompt=False)) :]
-
-
-def setup(args):
-    import torch
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    return args
 
 
 def measure(args, case: dict, dtype: str) -> dict:
@@ -177,13 +169,13 @@ EXPERIMENT = Experiment(
     key=("name",),
     configs=lambda args: ["float32"],
     config_field="dtype",
-    setup=setup,
+    setup=torch_threads,
     measure=measure,
     options=(
         Option.of("--models", nargs="*", default=[m.name for m in BUNDLED]),
         Option.of("--decode-tokens", type=int, default=48),
         Option.of("--repeat", type=int, default=3, help="questions timed with and without the cached prefix"),
-        Option.of("--threads", type=int, help="torch.set_num_threads(N) before measuring (default: torch's choice)"),
+        THREADS,
         Option.of("--fresh-cache", type=Path, help="convert into this (new) cache dir to time conversion from scratch"),
     ),
 )

@@ -12,24 +12,22 @@ import time
 from nlqo.cli.common import DEFAULT_MODEL
 from nlqo.errors import ParseFailure
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.experiment import DATA, SETS, Block, Experiment, Option, main
 from nlqo.ir_grammar import MAX_ATOMS
 from nlqo.llm.backends import runtime_of
 from nlqo.models import load_local
 from nlqo.parser import parse_question, unanchored
 
-SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
 MODES = {"constrained": {"constrained": True}, "unconstrained": {"constrained": False}}
 USAGE = ("calls", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "forced_tokens")
 
 
 def questions(args) -> list[dict]:
     """The first ``--limit`` questions of each set, as cases keyed by set and id."""
-    data = REPO.parent / "shared" / "data"
     return [
         {"set": name, "index": i, "qid": q.id, "question": q.question}
         for name in args.sets
-        for i, q in enumerate(QuestionSet.load(data / f"{name}.jsonl.gz", limit=args.limit).questions)
+        for i, q in enumerate(QuestionSet.load(DATA / f"{name}.jsonl.gz", limit=args.limit).questions)
     ]
 
 

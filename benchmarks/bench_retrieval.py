@@ -7,8 +7,6 @@ also on HNSW and IVF indexes of the same vectors, and index build speed; the tab
 from __future__ import annotations
 
 import atexit
-import gzip
-import json
 import os
 import shutil
 import statistics
@@ -20,11 +18,11 @@ import attrs
 import numpy as np
 
 from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.datasets import Question, QuestionSet
+from nlqo.eval.experiment import DATA, SETS, THREADS, Block, Experiment, Option, main, torch_threads
 from nlqo.index import Corpus, DenseParams, Index, build_index
 
 MODES, KINDS = ("dense", "bm25", "hybrid"), ("hnsw", "ivf")
-DATASETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
 
 
 @attrs.define(eq=False)
@@ -42,21 +40,17 @@ class Replay:
 
 
 def setup(args) -> dict:
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
+    torch_threads(args)
     work = Path(tempfile.mkdtemp(prefix="nlqo-bench-"))
     atexit.register(shutil.rmtree, work, True)
     return {"args": args, "embedder": SentenceEmbedder.load(args.embedder), "work": work}
 
 
-def flat(context: dict, name: str) -> tuple[list[dict], dict, Index]:
+def flat(context: dict, name: str) -> tuple[tuple[Question, ...], dict, Index]:
     """The questions of set ``name``, its flat index (built once per run) and how long building took."""
     if name not in context:
         args, embedder = context["args"], context["embedder"]
-        with gzip.open(args.data / f"{name}.jsonl.gz", "rt", encoding="utf-8") as f:
-            questions = [json.loads(line) for line in f if line.strip()][: args.limit]
+        questions = QuestionSet.load(args.data / f"{name}.jsonl.gz", limit=args.limit).questions
         report = build_index(args.data / f"{name}_corpus.jsonl.gz", context["work"] / name, embedder, progress=True)
         build = {"passages": report.manifest.count, "build_s": report.seconds, "passages_per_s": report.passages_per_second}  # fmt: skip
         context[name] = questions, build, Index.open(context["work"] / name, embedder=embedder)
@@ -79,13 +73,13 @@ def measure(context: dict, case: dict, mode: str) -> dict:
         record["build_s_without_embedding"] = build_index(corpus, where, replay, params=DenseParams(kind=mode)).seconds
         index = Index.open(where, embedder=context["embedder"])
     search = {"bm25": index.bm25_search, "hybrid": index.hybrid_search}.get(mode, index.search)
-    search(questions[0]["question"], 1)  # warm-up
+    search(questions[0].question, 1)  # warm-up
     latencies, found = [], {3: [], 5: []}  # found[k]: per question, the share of its gold titles in the top k
     for q in questions:
         started = time.perf_counter()
-        hits = search(q["question"], 5)
+        hits = search(q.question, 5)
         latencies.append((time.perf_counter() - started) * 1000)
-        gold = set(q["supporting_titles"])
+        gold = set(q.supporting_titles)
         for k in found:
             found[k].append(len(gold & {h.passage.title for h in hits[:k]}) / len(gold))
     for k, shares in found.items():
@@ -142,12 +136,12 @@ EXPERIMENT = Experiment(
     setup=setup,
     measure=measure,
     options=(
-        Option.of("--data", type=Path, default=REPO.parent / "shared" / "data", help="folder of the sets and corpora"),
-        Option.of("--datasets", nargs="+", default=list(DATASETS), help="question sets"),
+        Option.of("--data", type=Path, default=DATA, help="folder of the sets and corpora"),
+        Option.of("--datasets", nargs="+", default=list(SETS), help="question sets"),
         Option.of("--kinds", nargs="*", default=list(KINDS), help="FAISS kinds besides flat for dense recall"),
         Option.of("--embedder", default=DEFAULT_EMBEDDER),
         Option.of("--limit", type=int, help="only the first N questions of each set"),
-        Option.of("--threads", type=int, help="torch CPU threads (default: torch's choice, one per core)"),
+        THREADS,
     ),
 )
 

@@ -31,10 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
-from nlqo.eval.experiment import Block, Experiment, Option, main, now
+from nlqo.eval.experiment import DATA, Block, Experiment, Option, main, now
 from nlqo.llm.llamacpp import default_threads
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 RUNTIMES = {"float32": ("transformers", "none"), "int8": ("transformers", "int8"), "llama-cpp": ("llama-cpp", "none")}
 REFERENCE = "float32"
 FILLER = (

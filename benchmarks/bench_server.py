@@ -30,7 +30,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, load_average, main
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -175,7 +175,7 @@ def measure(args, case: dict, backend: str) -> dict:
             name, _, url = model.removeprefix("openai:").partition("@")
             llm = load_local(model, threads=args.threads, progress=False) if not url else OpenAICompatLLM(url, name, timeout_s=900.0)  # fmt: skip
             out = ceiling(llm, args.model) if case["part"] == "ceiling" else {s: wave(llm, s) for s in SHAPES}
-    return {**out, "load_after": [round(x, 2) for x in os.getloadavg()]}
+    return {**out, "load_after": load_average()}
 
 
 def table(records: list[dict], run: dict) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import gzip
 import http.client
 import json
 import math
@@ -25,6 +24,7 @@ import threading
 import time
 from pathlib import Path
 
+from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import Block, Experiment, Option, load, main
 
 NLQO = [sys.executable, "-m", "nlqo"]
@@ -34,10 +34,8 @@ class Load:
     """The run's questions, each model's reference answers and its ``nlqo serve`` (started once, stopped at exit)."""
 
     def __init__(self, args):
-        opener = gzip.open if args.questions.suffix == ".gz" else open
-        with opener(args.questions, "rt", encoding="utf-8") as f:
-            rows = [json.loads(line) for line in f if line.strip()][: args.limit]
-        self.args, self.questions = args, [{"id": r["id"], "question": r["question"]} for r in rows]
+        rows = QuestionSet.load(args.questions, limit=args.limit).questions
+        self.args, self.questions = args, [{"id": q.id, "question": q.question} for q in rows]
         self.answers = {r["model"]: r.get("answers") for r in load(args.out)[0] if r["clients"] == 0}
         self.servers: dict[str, tuple[subprocess.Popen, tuple[str, int]]] = {}
 

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import numpy as np
 
-from nlqo.eval.experiment import RESULTS, Block, Experiment, Option, main
+from nlqo.eval.experiment import RESULTS, SETS, Block, Experiment, Option, main
 from nlqo.eval.metrics import bootstrap_diff, wilson_interval
 from nlqo.eval.records import read_records
 
-SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
 FIXED = ("standard-rag", "iter-retgen", "linear", "tree", "auto")
 RECORDED = {"retrieve": "standard-rag", "iterate": "iter-retgen", "linear": "linear", "tree": "tree"}
 

@@ -39,6 +39,10 @@ RECORDS = "records.jsonl"
 RUN = "run.json"
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = REPO / "benchmarks" / "results"
+DATA = REPO.parent / "shared" / "data"
+"""The shared QA sets and their corpora (``../shared/data``, see its README)."""
+SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200")
+"""The three dev sets of ``DATA``, in the order the docs' tables list them."""
 
 Case = dict[str, Any]
 Record = dict[str, Any]
@@ -120,6 +124,23 @@ def load(out: Path) -> tuple[list[Record], dict[str, Any]]:
     run_path = out / RUN
     run = json.loads(run_path.read_text(encoding="utf-8")) if run_path.exists() else {}
     return read_records(out / RECORDS), run
+
+
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (what else ran beside a measurement)."""
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+THREADS = Option.of("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
+
+
+def torch_threads(args: argparse.Namespace) -> argparse.Namespace:
+    """A ``setup`` for experiments with the ``THREADS`` option: torch's thread count, when given."""
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    return args
 
 
 def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
