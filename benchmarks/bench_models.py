@@ -2,10 +2,11 @@
 
 For each installed bundled model: the GGUF -> safetensors conversion time (measured now when the
 model is not converted yet, or with --fresh-cache; else read from the cache marker), the load
-time, greedy decode tokens/s on a fixed prompt, and the time to first token of a question
-after a ~400-token instruction + two few-shot examples, computed from scratch versus with the
-prefix's KV state reused from the prefix cache (checking that both give the same tokens).
-Records in benchmarks/results/models/, the table in docs/models.md.
+time, greedy decode tokens/s on a fixed prompt, and the time to first token of a question after
+the parse prompt's instruction and examples (``nlqo.prompts.planning.PARSE``, a prefix the parser
+reuses for every question), computed from scratch versus with the prefix's KV state reused from
+the prefix cache (checking that both give the same tokens). Records in benchmarks/results/models/,
+the table in docs/models.md.
 
     python benchmarks/bench_models.py [--models NAME ...] [--decode-tokens 48] [--repeat 3] [--threads N] [--fresh-cache DIR]
 
@@ -27,36 +28,9 @@ from nlqo.llm.base import ChatMessage
 from nlqo.models import BUNDLED, bundled_dir, resolve_model
 from nlqo.models.convert import is_converted, read_marker
 from nlqo.models.parts import locate
+from nlqo.prompts.planning import PARSE
 
 DECODE_PROMPT = "Write a detailed paragraph about the history of the city of Paris."
-INSTRUCTION = (
-    "You decompose a multi-hop question into a chain of simple sub-questions. Each sub-question asks "
-    "for exactly one fact and can be answered by looking up a single encyclopedia passage. Later "
-    "sub-questions may refer to the answers of earlier ones as #1, #2 and so on. Write one "
-    "sub-question per line, numbered, and nothing else. Do not answer the questions. Do not add "
-    "explanations. When a question compares two entities, ask for the compared property of each "
-    "entity separately and then ask for the comparison. When a question asks about a property of an "
-    "entity that is only described indirectly, first ask for the entity, then for the property. "
-    "Keep the names exactly as they are written in the question, including titles, years and "
-    "qualifiers, because the sub-questions are sent to a search engine one by one. Never merge two "
-    "facts into one sub-question, never ask a yes/no question except for the final comparison, and "
-    "never repeat a sub-question that was already asked. The last sub-question must produce the "
-    "answer to the original question."
-)
-EXAMPLES = (
-    (
-        "Which country is the birthplace of the director of the film that won the Palme d'Or in 1994?",
-        "1. Which film won the Palme d'Or in 1994?\n2. Who directed #1?\n3. In which city was #2 born?\n"
-        "4. In which country is #3?",
-    ),
-    (
-        "Were the architect of the Sydney Opera House and the architect of the Guggenheim Museum "
-        "Bilbao born in the same decade?",
-        "1. Who was the architect of the Sydney Opera House?\n2. In which year was #1 born?\n"
-        "3. Who was the architect of the Guggenheim Museum Bilbao?\n4. In which year was #3 born?\n"
-        "5. Are #2 and #4 in the same decade?",
-    ),
-)
 QUESTIONS = (
     "What is the capital of the country where the inventor of the telephone was born?",
     "Which river flows through the city where the author of Faust died?",
@@ -66,9 +40,10 @@ QUESTIONS = (
 
 
 def question_suffix(llm, question: str) -> str:
-    """The chat-template text of one more user turn plus the assistant header."""
-    with_q = llm.format_chat([ChatMessage("system", "S"), ChatMessage("user", question)])
-    return with_q[len(llm.format_chat([ChatMessage("system", "S")], add_generation_prompt=False)) :]
+    """The chat-template text of the parse prompt's user turn for ``question`` plus the assistant header."""
+    system = [ChatMessage("system", "S")]
+    with_q = llm.format_chat([*system, ChatMessage("user", PARSE.template.format(question=question))])
+    return with_q[len(llm.format_chat(system, add_generation_prompt=False)) :]
 
 
 def measure(args, case: dict, dtype: str) -> dict:
@@ -100,10 +75,8 @@ def measure(args, case: dict, dtype: str) -> dict:
     session.generate(max_tokens=1)
     decode = session.generate(max_tokens=args.decode_tokens).usage
     row["decode_tok_s"] = round(decode.generated_tokens / (decode.wall_ms / 1000), 2)
-    # prefix reuse: time to first token of a question after the few-shot prefix
-    messages = [ChatMessage("system", INSTRUCTION)]
-    messages += [ChatMessage(role, text) for q, a in EXAMPLES for role, text in (("user", q), ("assistant", a))]
-    prefix = llm.format_chat(messages, add_generation_prompt=False)
+    # prefix reuse: time to first token of a question after the parse prompt's instruction and examples
+    prefix = llm.format_chat(PARSE.messages(question="")[:-1], add_generation_prompt=False)
     prefix_ids = llm.encode(prefix)
     llm.clear_prefix_cache()
     warmup = llm.session(prefix, special=False)
