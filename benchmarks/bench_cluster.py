@@ -15,12 +15,8 @@ import itertools
 import json
 import re
 import shutil
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main
+from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main, run_nlqo
 
 WORK = REPO / ".nlqo" / "bench-cluster"
 CONFIGS = {
@@ -42,20 +38,6 @@ def load() -> str:
     return ", ".join(map(str, load_average()))
 
 
-def nlqo(*args: str, wait_for: Path | None = None) -> tuple[float, float | None, str]:
-    """Run ``python -m nlqo *args``: its wall time, the time until ``wait_for`` first existed, its output."""
-    started, appeared = time.perf_counter(), None
-    process = subprocess.Popen([sys.executable, "-m", "nlqo", *args], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    while process.poll() is None:
-        if appeared is None and wait_for is not None and wait_for.exists():
-            appeared = round(time.perf_counter() - started, 2)
-        time.sleep(0.1)
-    out, err = process.communicate()
-    if process.returncode != 0:
-        raise SystemExit(f"nlqo {' '.join(args)} failed ({process.returncode}):\n{err[-3000:]}")
-    return round(time.perf_counter() - started, 2), appeared, out
-
-
 def measure(args, case: dict, config: str) -> dict:
     corpus, before = WORK / f"hotpotqa_corpus_{args.passages}.jsonl", load()
     if not corpus.is_file():
@@ -65,15 +47,15 @@ def measure(args, case: dict, config: str) -> dict:
     out, extra = WORK / case["part"] / re.sub(r"\W+", "-", case["configuration"]).strip("-"), CONFIGS[case["configuration"]]  # fmt: skip
     shutil.rmtree(out, ignore_errors=True)
     if case["part"] == "index":
-        wall_s, _, stdout = nlqo("index", str(corpus), "--out", str(out), "--quiet", *extra)
+        stdout, wall_s, _ = run_nlqo("index", str(corpus), "--out", str(out), "--quiet", *extra)
         count, build_s = re.search(r"indexed (\d+) passages in ([\d.]+) s", stdout).groups()
         count, build_s = int(count), float(build_s)
         return {"passages_per_s": round(count / build_s, 2), "passages_per_s_end_to_end": round(count / wall_s, 2),
                 "build_s": build_s, "wall_s": wall_s, "load": f"{before} / {load()}"}  # fmt: skip
     index = WORK / f"index-{args.passages}"
     if not (index / "manifest.json").is_file():
-        nlqo("index", str(corpus), "--out", str(index), "--quiet")
-    wall_s, startup_s, _ = nlqo("bench", "--questions", str(DATA / "hotpotqa_dev_199.jsonl.gz"), "--limit", str(args.limit), "--index", str(index), "--out", str(out),
+        run_nlqo("index", str(corpus), "--out", str(index), "--quiet")
+    _, wall_s, startup_s = run_nlqo("bench", "--questions", str(DATA / "hotpotqa_dev_199.jsonl.gz"), "--limit", str(args.limit), "--index", str(index), "--out", str(out),
                                 "--model", args.model, "--strategies", args.strategies, "--quiet", *extra, wait_for=out / "run.json")  # fmt: skip
     records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
     return {

@@ -30,7 +30,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, load_average, main
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, load_average, main, run_nlqo
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -83,10 +83,7 @@ def up(url: str) -> bool:
 
 
 def nlqo(*args: str) -> dict:
-    done = subprocess.run([sys.executable, "-m", "nlqo", *args], cwd=REPO, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"nlqo {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout)
+    return json.loads(run_nlqo(*args)[0])
 
 
 def setup(args):
@@ -96,7 +93,7 @@ def setup(args):
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "plan.nlqo").write_text(IR, encoding="utf-8")
     if not (WORK / "index" / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "nlqo", "index", str(REPO / "examples" / "demo_corpus.jsonl"), "--out", str(WORK / "index"), "--quiet"], check=True)  # fmt: skip
+        run_nlqo("index", str(REPO / "examples" / "demo_corpus.jsonl"), "--out", str(WORK / "index"), "--quiet")
     return args
 
 

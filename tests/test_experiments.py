@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import sys
+import types
 from pathlib import Path
 
 import attrs
@@ -113,6 +116,23 @@ def test_one_experiment_writes_each_of_its_blocks_from_the_same_records(tmp_path
     assert read_block(tmp_path / "a.md", "toy") == "0 a 0\n0 b 0\n1 b 10\n1 a 1"
     assert read_block(tmp_path / "b.md", "x") == "total 11"
     assert ex.render(both, tmp_path / "out") == {"toy": "0 a 0\n0 b 0\n1 b 10\n1 a 1", "x": "total 11"}
+
+
+def test_run_nlqo_returns_the_output_and_stops_the_experiment_on_a_failure(tmp_path):
+    out, seconds, appeared = ex.run_nlqo("--help", wait_for=tmp_path)
+    assert "usage" in out and 0 <= appeared <= seconds
+    assert ex.run_nlqo("--help")[2] is None
+    with pytest.raises(SystemExit, match="nlqo no-such-command failed"):
+        ex.run_nlqo("no-such-command")
+
+
+def test_torch_threads_sets_the_count_only_when_given(monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=calls.append))
+    ex.torch_threads(argparse.Namespace(threads=None))
+    ex.torch_threads(argparse.Namespace(threads=3))
+    assert calls == [3]
+    assert len(ex.load_average()) == 3
 
 
 def test_read_block_returns_what_write_block_wrote(tmp_path):

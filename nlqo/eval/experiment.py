@@ -25,6 +25,7 @@ import datetime
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -141,6 +142,23 @@ def torch_threads(args: argparse.Namespace) -> argparse.Namespace:
 
         torch.set_num_threads(args.threads)
     return args
+
+
+def run_nlqo(*args: str, wait_for: Path | None = None) -> tuple[str, float, float | None]:
+    """Run ``python -m nlqo ARGS`` in the repository: its standard output, its wall seconds, and the
+    seconds until ``wait_for`` existed (None without it: a run's start-up, say); a failure ends the
+    experiment with the command's error output."""
+    started, appeared = time.perf_counter(), None
+    command = [sys.executable, "-m", "nlqo", *args]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while wait_for is not None and appeared is None and process.poll() is None:
+        if wait_for.exists():
+            appeared = round(time.perf_counter() - started, 2)
+        time.sleep(0.1)
+    out, err = process.communicate()
+    if process.returncode != 0:
+        raise SystemExit(f"nlqo {' '.join(args)} failed ({process.returncode}):\n{err[-3000:]}")
+    return out, round(time.perf_counter() - started, 2), appeared
 
 
 def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
