@@ -7,15 +7,12 @@ words. The table counts loose atoms and constants not in the question (invented 
     python benchmarks/bench_anchoring.py [--limit 25] [--sets ...] [--model M] [--render]
 """
 
-import importlib.util
-from pathlib import Path
+import bench_parse  # beside this script
 
 from nlqo.eval.experiment import main
 from nlqo.ir import Const
 from nlqo.syntax import parse
 
-_spec = importlib.util.spec_from_file_location("bench_parse", Path(__file__).with_name("bench_parse.py"))
-_spec.loader.exec_module(bench_parse := importlib.util.module_from_spec(_spec))
 MODES = {
     "unanchored": {"anchored": False, "anchor_repairs": 0, "spans": False},
     "first-atom": {"anchored": True, "anchor_repairs": 0, "spans": False},

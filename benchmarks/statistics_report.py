@@ -22,7 +22,7 @@ import numpy as np
 
 from nlqo.eval.experiment import RESULTS, SETS, Block, Experiment, Option, main
 from nlqo.eval.metrics import bootstrap_diff, wilson_interval
-from nlqo.eval.records import read_records
+from nlqo.eval.records import operator_of, read_records
 
 FIXED = ("standard-rag", "iter-retgen", "linear", "tree", "auto")
 RECORDED = {"retrieve": "standard-rag", "iterate": "iter-retgen", "linear": "linear", "tree": "tree"}
@@ -34,11 +34,6 @@ def label(strategy: str) -> str:
 
 def choice(record: dict) -> dict | None:
     return ((record.get("plan") or {}).get("physical") or {}).get("choice")
-
-
-def operator(record: dict) -> str | None:
-    c = choice(record)
-    return c["operator"] if c else record.get("operator")
 
 
 def mean(rows: list[dict], key: str) -> float:
@@ -62,7 +57,9 @@ def measure(args, case: dict, config: str) -> dict:
     best = max(FIXED, key=lambda s: strategies[label(s)]["em"]) if qids else None
     ours = rows["auto (statistics)"]
     gain = bootstrap_diff([r["em"] for r in ours], [r["em"] for r in rows[label(best)]], resamples=10000, seed=20261205) if qids else None  # fmt: skip
-    same = [r["answer"] == recorded[RECORDED[op]][r["qid"]]["answer"] for r in ours if (op := operator(r)) in RECORDED]
+    same = [
+        r["answer"] == recorded[RECORDED[op]][r["qid"]]["answer"] for r in ours if (op := operator_of(r)) in RECORDED
+    ]
     return {
         "calibration": {op: calibration[op]["all"] for op in sorted(calibration)},
         "strategies": strategies,
@@ -74,7 +71,7 @@ def measure(args, case: dict, config: str) -> dict:
         "paired": len(paired),
         "same_answers": sum(same_run[q]["answer"] == recorded["iter-retgen"][q]["answer"] for q in paired),
         "q_errors": [c["q_error"] for r in ours if (c := choice(r)) and c.get("q_error")],
-        "chosen": Counter(operator(r) or "?" for r in ours).most_common(),
+        "chosen": Counter(operator_of(r) or "?" for r in ours).most_common(),
         "replay": [sum(same), len(same)],
     }
 
