@@ -17,39 +17,29 @@ from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.llm.base import Completion, Usage
 from nlqo.optimizer import Optimizer
-
-
-def chain(n: int) -> Query:
-    """q1 binds ?v1 from a constant, each next atom goes one hop further; the answer is the last."""
-    atoms = [Atom("q1", Const("e0"), Const("r1"), Var("v1"))]
-    atoms += [Atom(f"q{i}", Var(f"v{i - 1}"), Const(f"r{i}"), Var(f"v{i}")) for i in range(2, n + 1)]
-    return Query(atoms=tuple(atoms), answer=Var(f"v{n}"))
+from nlqo.testing.strategies import chain, star  # needs nlqo[testing] (hypothesis)
 
 
 def tree(n: int) -> Query:
     """A binary tree of variables: atom i links ?v(parent(i)) to ?v(i); siblings share their parent's variable."""
-    atoms = [Atom(f"q{i}", Var(f"v{(i - 1) // 2}"), Const(f"r{i}"), Var(f"v{i}")) for i in range(1, n + 1)]
+    atoms = [Atom(f"q{i}", Var(f"v{(i - 1) // 2}"), Const(f"p{i}"), Var(f"v{i}")) for i in range(1, n + 1)]
     return Query(atoms=tuple(atoms), answer=Var("v0"))
 
 
-def dense(n: int) -> Query:
-    """Every atom mentions the answer variable: all pairs are left to the (rule-based) classifier."""
-    atoms = [Atom(f"q{i}", Var("x"), Const(f"r{i}"), Const(f"e{i}")) for i in range(1, n + 1)]
-    return Query(atoms=tuple(atoms), answer=Var("x"))
-
-
-SHAPES = {"chain": chain, "tree": tree, "dense": dense}
+# chain: each atom one hop from the last; dense (a star): every atom mentions the answer variable,
+# so all pairs are left to the (rule-based) classifier
+SHAPES = {"chain": chain, "tree": tree, "dense": star}
 
 
 class RulePairs:
-    """Stands in for the LLM: q_i is q_j's parent when j - i is 1 or 2, siblings otherwise."""
+    """Stands in for the LLM: the atom with predicate p_i is p_j's parent when j - i is 1 or 2, siblings otherwise."""
 
     name = "rule"
 
     def chat(self, messages, *, stop=(), max_tokens=8):
         text = messages[-1].content
-        a = int(re.search(r"\nA: .*?\br(\d+)\b", text).group(1))
-        b = int(re.search(r"\nB: .*?\br(\d+)\b", text).group(1))
+        a = int(re.search(r"\nA: .*?\bp(\d+)\b", text).group(1))
+        b = int(re.search(r"\nB: .*?\bp(\d+)\b", text).group(1))
         kind = "parent" if b - a in (1, 2) else "child" if a - b in (1, 2) else "sibling"
         return Completion(kind, Usage(calls=1))
 
