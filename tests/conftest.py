@@ -11,7 +11,10 @@ from hypothesis import settings
 # No test is timed (speed belongs in benchmarks/): docs/testing.md's tutorial test failed once on a
 # machine busy with a benchmark, and its one timed setting was hypothesis's 200 ms deadline.
 settings.register_profile("untimed", deadline=None)
-settings.load_profile("untimed")
+# Under mutmut (`make mutation`) the examples are fixed, so a mutant's verdict does not depend on
+# the draw and the report's figures are reproduced by its command.
+settings.register_profile("mutation", deadline=None, derandomize=True, database=None)
+settings.load_profile("mutation" if os.environ.get("MUTANT_UNDER_TEST") else "untimed")
 
 FULL_MATRIX = os.environ.get("NLQO_FULL_MATRIX", os.environ.get("CI", "")).strip().lower() in ("1", "true")
 """Whether the CLI matrix's long tail (tests marked ``cli_matrix``) runs: under CI, or when asked."""
