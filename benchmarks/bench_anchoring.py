@@ -3,8 +3,6 @@
 As bench_parse.py, constrained, in four modes: the default, the first atom naming a constant, that with IR
 with loose atoms (``nlqo.parser.unanchored``) sent back once, that with constants runs of the question's
 words. The table counts loose atoms and constants not in the question (invented ones).
-
-    python benchmarks/bench_anchoring.py [--limit 25] [--sets ...] [--model M] [--render]
 """
 
 import bench_parse  # beside this script

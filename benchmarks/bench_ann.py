@@ -1,7 +1,5 @@
 """Approximate dense search: recall against the exact index, query time, build time and size of FAISS flat, HNSW
-and IVF (``nlqo index --index-type flat|hnsw|ivf``) with nlqo's ``DenseParams``; the table in docs/scale-out.md.
-
-    python benchmarks/bench_ann.py [--index idx/] [--sizes 0 50000] [--render]
+and IVF (``nlqo index --index-type flat|hnsw|ivf``) with nlqo's ``DenseParams``.
 
 Vectors: a real flat index's (default: the HotpotQA corpus, embedded once into .nlqo/bench-ann/index); a size other
 than 0 is a synthetic set of that many (a real vector plus Gaussian noise). Queries: the 199 HotpotQA questions, one

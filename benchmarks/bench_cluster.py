@@ -1,7 +1,5 @@
 """Scale-out on Dask: ``nlqo bench`` throughput and ``nlqo index`` speed, one process against a local cluster.
 
-    python benchmarks/bench_cluster.py [--part bench|index|all] [--limit 6] [--passages 300] [--force] [--render]
-
 bench: the first ``--limit`` HotpotQA questions over an index of the first ``--passages`` corpus passages; questions
 per minute over the run (from ``run.json`` appearing: model loaded, workers started) and end to end, and whether all
 configurations gave the same answers. index: passages per second of the build (as ``nlqo index`` reports it) and end

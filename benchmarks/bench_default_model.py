@@ -2,8 +2,6 @@
 
 For each candidate model, on the demo questions over examples/demo_corpus.jsonl: the linear template's exact
 match and seconds per question, and whether the model writes valid IR (the parser's prompt, with repairs).
-
-    python benchmarks/bench_default_model.py [--models qwen2.5-coder-0.5b qwen2.5-coder-1.5b] [--limit 8] [--render]
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """The linear template's execution side by side: KV reuse on/off, hops by tau.
 
-    python benchmarks/bench_execution.py [--model qwen2.5-coder-0.5b] [--limit 30] [--tau-limit 10] [--render]
-
 kv: with and without KV reuse, the order alternating per question. tau: one run at the highest tau, lower
 taus' hop counts read off its terminator scores (`hops_at`). Parallel vs one-at-a-time trees are now the
 `parallel` ablation (`make ablation-parallel`); the tree table renders this script's earlier records.

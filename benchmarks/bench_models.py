@@ -5,10 +5,7 @@ model is not converted yet, or with --fresh-cache; else read from the cache mark
 time, greedy decode tokens/s on a fixed prompt, and the time to first token of a question after
 the parse prompt's instruction and examples (``nlqo.prompts.planning.PARSE``, a prefix the parser
 reuses for every question), computed from scratch versus with the prefix's KV state reused from
-the prefix cache (checking that both give the same tokens). Records in benchmarks/results/models/,
-the table in docs/models.md.
-
-    python benchmarks/bench_models.py [--models NAME ...] [--decode-tokens 48] [--repeat 3] [--threads N] [--fresh-cache DIR]
+the prefix cache (checking that both give the same tokens).
 
 On a machine shared with other jobs, torch's default of one thread per core oversubscribes the
 cores and decoding slows down several-fold; --threads 1 gives steadier numbers there.

@@ -1,10 +1,8 @@
-"""Constrained vs unconstrained parsing, side by side (issue 13): the table in docs/ir.md.
+"""Constrained vs unconstrained parsing, side by side (issue 13).
 
 The first ``--limit`` questions of each shared dev set, parsed by one model under the IR's generation grammar
 (``constrained=True``) and freely with repairs after the fact: valid IR on the first reply and within the
 repairs, tokens generated and forced, seconds, mask and decode time. Run it alone on the machine.
-
-    python benchmarks/bench_parse.py [--limit 50] [--sets ...] [--model M] [--render]
 """
 
 import time

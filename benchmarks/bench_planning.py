@@ -1,9 +1,6 @@
 """Planning time of the optimizer for 4 to 16 atoms on chain-, tree- and dense-shaped inputs.
 
 No LLM calls: pair relations come from a fixed rule, and the structural cost model needs no embedder.
-Records in benchmarks/results/planning/, the table in docs/optimizer.md.
-
-    python benchmarks/bench_planning.py [--sizes 4 6 8 10 12 14 16] [--repeat 3] [--render]
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
 """Retrieval on the shared QA sets: gold-title recall and query latency of dense, BM25 and hybrid search, dense
-also on HNSW and IVF indexes of the same vectors, and index build speed; the table in docs/retrieval.md.
-
-    python benchmarks/bench_retrieval.py [--threads 1] [--datasets hotpotqa_dev_199 ...] [--limit N] [--render]
+also on HNSW and IVF indexes of the same vectors, and index build speed (the docs' table: ``--threads 1``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """The local runtimes side by side on the default model: transformers float32, transformers int8
-and llama.cpp (the same GGUF weights as they are). Records in benchmarks/results/runtime/, the tables
-in docs/models.md.
-
-    python benchmarks/bench_runtime.py [--part all|speed|qa|quantize] [--limit 50] [--runtimes float32,int8,llama-cpp]
+and llama.cpp (the same GGUF weights as they are), in parts (``--part``):
 
 * **speed**: prefill and decode tokens/s, time to first token after a warm scaffold (the linear
   template's prefix restored, a question appended), and total decode throughput of 1, 2 and 4

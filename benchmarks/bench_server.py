@@ -9,10 +9,7 @@ from (prefill or decoding). Backends: the in-process llama.cpp runtime, and llam
 N slots (scripts/serve-llama.sh; build it with scripts/build-llama-server.sh). Case ``ceiling``
 (in-process only, issue 40): one ~600-token prompt's prefill, then 4 completions of it one after
 another and at once: prefill is compute-bound, so batching gains only on the decode share, which
-bounds what ``nlqo serve``'s concurrency can add. Records in benchmarks/results/server/, the tables
-in docs/backends.md and (the ceiling) docs/serving.md.
-
-    python benchmarks/bench_server.py [--slots 4 1] [--repeats 3] [--part ask|wave|ceiling|all] [--render]
+bounds what ``nlqo serve``'s concurrency can add.
 """
 
 from __future__ import annotations

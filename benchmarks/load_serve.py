@@ -3,10 +3,7 @@
 For each model: ``nlqo ask --json`` in a new process per question, one at a time (case 0 clients:
 the baseline, and the reference answers); then ``nlqo serve`` on a free loopback port, the same
 questions sent by that many client threads, each once, every answer compared with the reference
-(none lost, none duplicated, none different). Records in benchmarks/results/serve/, the table in
-docs/serving.md.
-
-    python benchmarks/load_serve.py --models smollm2-135m --index DIR --questions FILE [--limit 16]
+(none lost, none duplicated, none different); ``make load-serve`` runs it.
 """
 
 from __future__ import annotations

@@ -6,9 +6,7 @@ every held-back question and iter-retgen beside it on the first 30; the benchmar
 operators in benchmarks/results/runs/SET, joined by qid) and `nlqo analyze`'s statistics.json:
 EM with Wilson intervals, seconds, auto minus the best fixed operator (paired bootstrap), the
 EM-seconds Pareto front, q-error of auto's time estimates, the operators auto chose, and how often
-auto's answer equals the record of the operator it chose. Table: docs/benchmarks.md.
-
-    python benchmarks/statistics_report.py [--force] [--render]
+auto's answer equals the record of the operator it chose.
 """
 
 from __future__ import annotations

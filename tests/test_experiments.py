@@ -116,6 +116,7 @@ def test_one_experiment_writes_each_of_its_blocks_from_the_same_records(tmp_path
     assert read_block(tmp_path / "a.md", "toy") == "0 a 0\n0 b 0\n1 b 10\n1 a 1"
     assert read_block(tmp_path / "b.md", "x") == "total 11"
     assert ex.render(both, tmp_path / "out") == {"toy": "0 a 0\n0 b 0\n1 b 10\n1 a 1", "x": "total 11"}
+    assert "Tables: a.md (toy), b.md (x)." in ex.parser(both).format_help()
 
 
 def test_run_nlqo_returns_the_output_and_stops_the_experiment_on_a_failure(tmp_path):

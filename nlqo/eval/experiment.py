@@ -192,7 +192,12 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
 
 
 def parser(experiment: Experiment) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=experiment.about, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The experiment's command line; ``--help`` names where its records and tables go."""
+    tables = ", ".join(f"{block.doc} ({block.name})" for block in experiment.blocks)
+    where = f"Records: {experiment.out / RECORDS}, {RUN} beside them. Tables: {tables}."
+    p = argparse.ArgumentParser(
+        description=experiment.about, epilog=where, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for option in experiment.options:
         p.add_argument(*option.flags, **option.kwargs)
     p.add_argument("--out", type=Path, default=experiment.out, help="results folder (default: %(default)s)")
