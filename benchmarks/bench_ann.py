@@ -6,8 +6,6 @@ than 0 is a synthetic set of that many (a real vector plus Gaussian noise). Quer
 at a time on one FAISS thread. HNSW is searched at several ``efSearch``, IVF at several ``nprobe``.
 """
 
-from __future__ import annotations
-
 import time
 from pathlib import Path
 

@@ -6,8 +6,6 @@ configurations gave the same answers. index: passages per second of the build (a
 to end. Each configuration is its own command, one after the other; each record keeps the load average around it.
 """
 
-from __future__ import annotations
-
 import gzip
 import itertools
 import json

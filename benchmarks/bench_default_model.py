@@ -4,8 +4,6 @@ For each candidate model, on the demo questions over examples/demo_corpus.jsonl:
 match and seconds per question, and whether the model writes valid IR (the parser's prompt, with repairs).
 """
 
-from __future__ import annotations
-
 import os
 import statistics
 import tempfile

@@ -5,8 +5,6 @@ taus' hop counts read off its terminator scores (`hops_at`). Parallel vs one-at-
 `parallel` ablation (`make ablation-parallel`); the tree table renders this script's earlier records.
 """
 
-from __future__ import annotations
-
 import statistics as st
 import tempfile
 import time

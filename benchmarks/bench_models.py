@@ -11,8 +11,6 @@ On a machine shared with other jobs, torch's default of one thread per core over
 cores and decoding slows down several-fold; --threads 1 gives steadier numbers there.
 """
 
-from __future__ import annotations
-
 import gc
 import os
 import statistics

@@ -3,8 +3,6 @@
 No LLM calls: pair relations come from a fixed rule, and the structural cost model needs no embedder.
 """
 
-from __future__ import annotations
-
 import re
 import statistics
 import time

@@ -2,8 +2,6 @@
 also on HNSW and IVF indexes of the same vectors, and index build speed (the docs' table: ``--threads 1``).
 """
 
-from __future__ import annotations
-
 import atexit
 import os
 import shutil

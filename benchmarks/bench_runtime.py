@@ -18,8 +18,6 @@ All runtimes are loaded in this one process and run one at a time with the same 
 nothing else should run on the machine (llama.cpp slows badly when its threads share cores).
 """
 
-from __future__ import annotations
-
 import functools
 import os
 import statistics

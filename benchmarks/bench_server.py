@@ -12,8 +12,6 @@ another and at once: prefill is compute-bound, so batching gains only on the dec
 bounds what ``nlqo serve``'s concurrency can add.
 """
 
-from __future__ import annotations
-
 import contextlib
 import json
 import os

@@ -6,8 +6,6 @@ questions sent by that many client threads, each once, every answer compared wit
 (none lost, none duplicated, none different); ``make load-serve`` runs it.
 """
 
-from __future__ import annotations
-
 import atexit
 import concurrent.futures
 import http.client

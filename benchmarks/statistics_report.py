@@ -9,8 +9,6 @@ EM-seconds Pareto front, q-error of auto's time estimates, the operators auto ch
 auto's answer equals the record of the operator it chose.
 """
 
-from __future__ import annotations
-
 import json
 import statistics
 from collections import Counter
