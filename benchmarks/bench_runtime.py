@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
-from nlqo.eval.experiment import DATA, Block, Experiment, Option, main, now
+from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
 from nlqo.llm.llamacpp import default_threads
 
 RUNTIMES = {"float32": ("transformers", "none"), "int8": ("transformers", "int8"), "llama-cpp": ("llama-cpp", "none")}
@@ -157,7 +157,7 @@ def quantized(llm, model: str, prefill: int = 500, decode: int = 16) -> dict:
     prompt = llm.encode(llm.format_chat([ChatMessage("system", FILLER), ChatMessage("user", QUESTION)]))
     answer = greedy(llm, prompt, 24)
     return {
-        **{"model": model, "measured": now(), "prefill": prefill, "decode": decode},
+        **{"model": model, "prefill": prefill, "decode": decode},
         **{"prefill_tok_s": prefill / prefill_s, "decode_s_per_token": decode_s, "answer_ids": answer},
         "answer": llm.decode(answer),
         "same_when_prefilled_in_two_pieces": greedy(llm, prompt, 24, len(prompt) // 2) == answer,

@@ -2,10 +2,11 @@
 
 An experiment is declared, not programmed (see ``benchmarks/``): the cases it measures (questions,
 corpus sizes, prompts), the configurations compared on each (``configs``), one function that
-measures one configuration on one case, and one that renders the records as the table a docs page
-quotes. :func:`main` does the rest for all of them:
+measures one configuration on one case, and the blocks that render the records as the tables the docs
+quote. :func:`main` does the rest for all of them:
 
-- records go to ``OUT/records.jsonl``, one line per (case, configuration), synced as they are made;
+- records go to ``OUT/records.jsonl``, one line per (case, configuration), synced as they are made,
+  each with the time it was measured (``measured``: a table of a part re-run later cites its own date);
   running again resumes (pairs with a record are skipped); ``--force`` measures everything again;
 - the configurations alternate on each case, their order rotating by case, so that a machine's
   drift over hours falls on all of them alike (quote their ratios, not their seconds);
@@ -185,6 +186,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
     for n, (case, config) in enumerate(todo, 1):
         started = time.perf_counter()
         record = {**case, experiment.config_field: config, **experiment.measure(context, case, config)}
+        record["measured"] = now()
         append_records(path, [record])
         name = " ".join(str(case.get(k)) for k in experiment.key)
         print(f"[{n}/{len(todo)}] {name} {config}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
