@@ -1,5 +1,11 @@
-"""Retrieval on the shared QA sets: gold-title recall and query latency of dense, BM25 and hybrid search, dense
-also on HNSW and IVF indexes of the same vectors, and index build speed (the docs' table: ``--threads 1``).
+"""Retrieval, in parts (``--part``):
+
+* **recall**: on the shared QA sets, gold-title recall and query latency of dense, BM25 and hybrid search, dense
+  also on HNSW and IVF indexes of the same vectors, and index build speed (the docs' table: ``--threads 1``).
+* **ann**: approximate dense search on the HotpotQA corpus's vectors (a size other than 0: a synthetic set of that
+  many, a real vector plus Gaussian noise each): recall@10 against the exact index, query time (one query at a
+  time, one FAISS thread), build time and size of FAISS flat, HNSW (several ``efSearch``) and IVF (several
+  ``nprobe``) with nlqo's ``DenseParams`` (``nlqo index --index-type flat|hnsw|ivf``).
 """
 
 import atexit
@@ -15,10 +21,11 @@ import numpy as np
 
 from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
 from nlqo.eval.datasets import Question, QuestionSet
-from nlqo.eval.experiment import DATA, SETS, THREADS, Block, Experiment, Option, main, torch_threads
+from nlqo.eval.experiment import DATA, SETS, THREADS, Block, Experiment, Option, load_average, main, torch_threads
 from nlqo.index import Corpus, DenseParams, Index, build_index
+from nlqo.index.dense import build_dense
 
-MODES, KINDS = ("dense", "bm25", "hybrid"), ("hnsw", "ivf")
+MODES, KINDS, ANN, K = ("dense", "bm25", "hybrid"), ("hnsw", "ivf"), ("flat", "hnsw", "ivf"), 10
 
 
 @attrs.define(eq=False)
@@ -57,9 +64,58 @@ def loadavg() -> str:
     return ", ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
+def synthetic(real: np.ndarray, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` vectors: a random real vector each, plus noise (sigma 0.6 over the whole vector), normalised."""
+    rng = np.random.default_rng(seed)
+    noisy = real[rng.integers(0, len(real), size=n)]
+    noisy = noisy + rng.normal(0.0, 0.6 / np.sqrt(real.shape[1]), size=noisy.shape).astype(np.float32)
+    return (noisy / np.linalg.norm(noisy, axis=1, keepdims=True)).astype(np.float32)
+
+
+def settings(index, p: DenseParams):
+    """Set each searched value on ``index`` in turn: its label, and whether it is nlqo's default."""
+    if p.kind == "flat":
+        yield "exact", True
+    for ef in (16, 32, 64, 128, 256) if p.kind == "hnsw" else ():
+        index.hnsw.efSearch = ef
+        yield f"M={p.hnsw_m}, efSearch={ef}", ef == p.ef_search
+    for nprobe in sorted(n for n in {1, 2, 4, 8, 16, 32, p.nprobe} if n <= p.nlist) if p.kind == "ivf" else ():
+        index.nprobe = nprobe
+        yield f"nlist={p.nlist}, nprobe={nprobe}", nprobe == p.nprobe
+
+
+def ann(context: dict, size: int, kind: str) -> dict:
+    """FAISS ``kind`` over HotpotQA's passage vectors (or ``size`` synthetic ones) against the exact top ``K``."""
+    import faiss
+
+    questions, _, flat_index = flat(context, "hotpotqa_dev_199")
+    real, before, threads = flat_index.dense.reconstruct_n(0, len(flat_index)), load_average(), faiss.omp_get_max_threads()  # fmt: skip
+    queries = context["embedder"].encode([q.question for q in questions], kind="query", progress=False)
+    faiss.omp_set_num_threads(1)
+    vectors = real if size == 0 else synthetic(real, size)
+    _, exact = build_dense(vectors, DenseParams().resolved(len(vectors))).search(queries, K)
+    params = DenseParams(kind=kind).resolved(len(vectors))
+    started = time.perf_counter()
+    index = build_dense(vectors, params)
+    build_s, size_mb, rows = round(time.perf_counter() - started, 2), round(faiss.serialize_index(index).nbytes / 2**20, 2), []  # fmt: skip
+    for setting, default in settings(index, params):
+        _, found = index.search(queries, K)
+        started = time.perf_counter()
+        for q in queries:
+            index.search(q[None, :], K)
+        query_ms = round((time.perf_counter() - started) * 1000 / len(queries), 3)
+        recall = round(float(np.mean([len(set(f) & set(e)) / K for f, e in zip(found, exact)])), 4)
+        rows.append({"setting": setting, "default": default, "recall_at_10": recall, "query_ms": query_ms, "build_s": build_s, "size_mb": size_mb})  # fmt: skip
+    faiss.omp_set_num_threads(threads)
+    source, load = f"{flat_index.manifest.source} ({flat_index.manifest.embedder})", [before, load_average()]
+    return {"vectors": len(vectors), "synthetic": size != 0, "source": source, "queries": len(queries), "rows": rows, "load_before": load[0], "load_after": load[1]}  # fmt: skip
+
+
 def measure(context: dict, case: dict, mode: str) -> dict:
     import torch
 
+    if case["part"] == "ann":
+        return ann(context, case["size"], mode)
     load_before, name = loadavg(), case["dataset"]
     questions, build, index = flat(context, name)
     record = {**build, "questions": len(questions), "torch_threads": torch.get_num_threads()}
@@ -86,12 +142,13 @@ def measure(context: dict, case: dict, mode: str) -> dict:
 
 
 def table(records: list[dict], run: dict) -> str:
+    records = [r for r in records if r["part"] == "recall"]
     sets = {r["dataset"]: [] for r in records}
     for r in sorted(records, key=lambda r: (MODES + KINDS).index(r["mode"])):
         sets[r["dataset"]].append(r)
     first = records[0]
     lines = [
-        f"Measured {run['started'][:10]} on {run['machine']}, {run['cpus']} cores ({first['torch_threads']} torch thread(s)), "
+        f"Measured {first['measured'][:10]} on {run['machine']}, {run['cpus']} cores ({first['torch_threads']} torch thread(s)), "
         f"Python {run['python']}, embedder `{run['embedder']}`, flat index, every question of each set as the query "
         f"(`python benchmarks/bench_retrieval.py --threads 1`). Load average before / after: "
         f"{first['load_before']} / {records[-1]['load_after']} (other work on the machine slows the timings, not the recall).",  # fmt: skip
@@ -121,20 +178,51 @@ def table(records: list[dict], run: dict) -> str:
     return "\n".join(lines)
 
 
+def ann_table(records: list[dict], run: dict) -> str:
+    rows = (r for r in records if r["part"] == "ann")
+    records = sorted(rows, key=lambda r: (r["synthetic"], r["vectors"], ANN.index(r["mode"])))
+    first, last = records[0], records[-1]
+    lines = [
+        f"Vectors: {first['source']}; queries: the {first['queries']} HotpotQA questions; one FAISS thread, "
+        f"one query at a time; recall@10 against the exact (flat) top 10. Sets larger than the real one are synthetic "
+        f"(a real vector plus noise). Measured {first['measured']}, {run['machine']}, {run['cpus']} cores, load average "
+        f"before / after {', '.join(map(str, first['load_before']))} / {', '.join(map(str, last['load_after']))} "
+        "(beside another job). `python benchmarks/bench_retrieval.py --part ann`.",
+        "",
+        "| vectors | index | setting | recall@10 | ms / query | build s | size MB |",
+        "|---:|---|---|---:|---:|---:|---:|",
+    ]
+    for r in records:
+        vectors = f"{r['vectors']}{' (synthetic)' if r['synthetic'] else ''}"
+        for x in r["rows"]:
+            setting = x["setting"] + (" (nlqo default)" if x["default"] and r["mode"] != "flat" else "")
+            lines.append(f"| {vectors} | {r['mode']} | {setting} | {x['recall_at_10']:.3f} | {x['query_ms']:.2f} | {x['build_s']} | {x['size_mb']} |")  # fmt: skip
+    return "\n".join(lines)
+
+
 EXPERIMENT = Experiment(
     name="retrieval",
-    blocks=(Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval"),),
+    blocks=(
+        Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval"),
+        Block("docs/scale-out.md", "ann-benchmark", ann_table, title="Scale-out: Dask for batch work"),
+    ),
     about=__doc__,
-    cases=lambda args: [{"dataset": name} for name in args.datasets],
-    key=("dataset",),
-    configs=lambda args: [*MODES, *(k for k in KINDS if k in args.kinds)],
+    cases=lambda args: [
+        *({"part": "recall", "dataset": name} for name in args.datasets if args.part in ("recall", "all")),
+        *({"part": "ann", "size": n} for n in args.sizes if args.part in ("ann", "all")),
+    ],
+    key=("part", "dataset", "size"),
+    configs=lambda args: [*MODES, *(k for k in KINDS if k in args.kinds), "flat"],
     config_field="mode",
+    applies=lambda case, mode: mode in (ANN if case["part"] == "ann" else MODES + KINDS),
     setup=setup,
     measure=measure,
     options=(
+        Option.of("--part", choices=("recall", "ann", "all"), default="all"),
         Option.of("--data", type=Path, default=DATA, help="folder of the sets and corpora"),
         Option.of("--datasets", nargs="+", default=list(SETS), help="question sets"),
-        Option.of("--kinds", nargs="*", default=list(KINDS), help="FAISS kinds besides flat for dense recall"),
+        Option.of("--kinds", nargs="*", default=list(KINDS), help="FAISS kinds besides flat"),
+        Option.of("--sizes", type=int, nargs="+", default=[0, 50000], help="ann: vector counts; 0 = the real vectors"),
         Option.of("--embedder", default=DEFAULT_EMBEDDER),
         Option.of("--limit", type=int, help="only the first N questions of each set"),
         THREADS,
