@@ -3,11 +3,13 @@ back), and the direction analysis agrees with evaluation."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlqo.cost.expr import BinOp, Call, Name, Neg, Num, evaluate, render, signs
+from nlqo.cost.expr import BinOp, Call, Name, Neg, Num, evaluate, names, render, signs
 from nlqo.cost.model import CostModel
 from nlqo.errors import CostModelError
 
@@ -78,3 +80,84 @@ def test_a_call_with_the_wrong_number_of_arguments_is_refused_where_it_is(text, 
 
 def test_min_and_max_of_one_argument_are_that_argument():
     assert CostModel.parse("cost = min(depth) + max(size)").evaluate_values({"depth": 3.0, "size": 4.0}) == 7.0
+
+
+def test_evaluate_by_hand():
+    env = {"depth": 6.0, "size": 4.0, "alpha": 2.5}
+    cases = {
+        "depth + size": 10.0,
+        "depth - size": 2.0,
+        "depth * size": 24.0,
+        "depth / size": 1.5,
+        "depth / (size - 4)": math.inf,
+        "-depth + size": -2.0,
+        "-(depth - size)": -2.0,
+        "min(depth, size, alpha)": 2.5,
+        "max(depth, size, alpha)": 6.0,
+        "abs(size - depth)": 2.0,
+        "log(size)": math.log(4.0),
+        "alpha * depth - size / 2": 13.0,
+    }
+    for text, value in cases.items():
+        model = CostModel.parse(f"param alpha = 2.5\ncost = {text}")
+        assert model.evaluate_values({k: v for k, v in env.items() if k != "alpha"}) == value, text
+        assert evaluate(model.expression, env) == value, text
+
+
+@pytest.mark.parametrize(
+    "text, directions",
+    [
+        ("depth / 2", {"depth": 1}),
+        ("depth / beta", {"depth": -1}),
+        ("depth / zero", {}),  # x / 0 is infinity whatever x is
+        ("zero * depth", {}),
+        ("depth * half", {"depth": 1}),
+        ("half * depth", {"depth": 1}),
+        ("depth * beta", {"depth": -1}),
+        ("beta * (depth - size)", {"depth": -1, "size": 1}),
+        ("-(depth - size)", {"depth": -1, "size": 1}),
+        ("-abs(depth)", {"depth": None}),
+        ("depth * size", {"depth": None, "size": None}),
+        ("depth / size", {"depth": None, "size": None}),
+        ("max(depth, -size)", {"depth": 1, "size": -1}),
+        ("min(depth, -depth, size)", {"depth": None, "size": 1}),
+        ("log(depth) + abs(size)", {"depth": 1, "size": None}),
+        ("depth - depth", {"depth": None}),
+        ("depth + depth - edges", {"depth": 1, "edges": -1}),
+        ("alpha + 2", {}),
+    ],
+)
+def test_signs_by_hand(text, directions):
+    params = {"alpha": 2.5, "beta": -1.0, "zero": 0.0, "half": 0.5}
+    model = CostModel.parse("\n".join(f"param {k} = {v}" for k, v in params.items()) + f"\ncost = {text}")
+    assert signs(model.expression, model.params) == directions
+
+
+@pytest.mark.parametrize(
+    "expr, text",
+    [
+        (Num(2.5), "2.5"),
+        (Num(10.0), "10"),
+        (Call("max", (Name("depth"), Name("size"), Num(1.0))), "max(depth, size, 1)"),
+        (Neg(BinOp("+", Name("a"), Name("b"))), "-(a + b)"),
+        (Neg(BinOp("*", Name("a"), Name("b"))), "-(a * b)"),
+        (BinOp("*", Neg(Name("a")), Name("b")), "-a * b"),
+        (BinOp("*", BinOp("+", Name("a"), Name("b")), Name("c")), "(a + b) * c"),
+        (BinOp("+", BinOp("*", Name("a"), Name("b")), Name("c")), "a * b + c"),
+        (BinOp("+", Name("a"), BinOp("*", Name("b"), Name("c"))), "a + b * c"),
+        (BinOp("/", Name("a"), BinOp("*", Name("b"), Name("c"))), "a / (b * c)"),
+        (BinOp("-", BinOp("-", Name("a"), Name("b")), Name("c")), "a - b - c"),
+        (BinOp("-", Name("a"), BinOp("+", Name("b"), Name("c"))), "a - (b + c)"),
+    ],
+)
+def test_render_by_hand(expr, text):
+    assert render(expr) == text
+
+
+@pytest.mark.parametrize("function", [names, evaluate, signs, render])
+def test_a_value_that_is_not_an_expression_is_refused(function):
+    args = {names: (), evaluate: ({},), signs: ({},), render: ()}[function]
+    with pytest.raises(TypeError, match=r"^not a cost expression: 'depth'$"):
+        function("depth", *args)
+    with pytest.raises(TypeError, match=r"^not a cost expression: 'depth'$"):
+        function(Neg("depth"), *args)

@@ -1,3 +1,4 @@
+import attrs
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -138,3 +139,246 @@ def test_cost_directions_follow_signs_and_functions():
     assert CostModel.parse("cost = similarity").directions() == {} and CostModel.parse(
         "cost = similarity"
     ).semantic == {"similarity"}
+
+
+def test_cost_files_read_params_description_and_defaults():
+    model = CostModel.parse(
+        '# a comment\ndescription "Deep \\"and\\" narrow"\nparam w = -2\nparam v = .5\ncost = w * depth + v'
+    )
+    assert model.params == {"w": -2.0, "v": 0.5}
+    assert model.description == 'Deep "and" narrow'
+    assert (model.name, model.source) == ("inline", "<string>")
+    assert model.evaluate_values({"depth": 3.0}) == -5.5
+    assert CostModel.parse("cost = depth").description == ""
+    overridden = CostModel.parse("param w = 1\ncost = w * depth", params={"w": 4.0})
+    assert overridden.params == {"w": 4.0} and overridden.evaluate_values({"depth": 2.0}) == 8.0
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (
+            "cost = depth ) size",
+            "m.cost:1:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) size",
+        ),
+        (
+            "cost = depth @ size",
+            "m.cost:1:14: cannot read the cost model here (unexpected text):\n  cost = depth @ size",
+        ),
+        (
+            "param a = 1\ncost = depth ) a\n# end\n",
+            "m.cost:2:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) a",
+        ),
+        (
+            "param a = 1\ncost = depth *",
+            "m.cost:2:14: cannot read the cost model here (the text ends in the middle of a statement):\n  cost = depth *",
+        ),
+        (
+            "cost = depth +\n",
+            "m.cost:1:15: cannot read the cost model here (the line ends in the middle of a statement):\n  cost = depth +",
+        ),
+        ("cost = depth\ncost = size", "m.cost: more than one 'cost =' statement"),
+        ("param a = 1\n", "m.cost: no 'cost = ...' statement"),
+        (
+            "cost = zeta + alpha",
+            "m.cost:1:15: unknown name 'alpha': not a param and not a metric "
+            "(metrics: depth, edges, imbalance, leaves, similarity, size)",
+        ),
+        ("cost = sqrt(depth)", "m.cost: line 1, column 8: unknown function 'sqrt' (known: min, max, abs, log)"),
+        ("param a = 1\ncost = depth + log(size, a)", "m.cost: line 2, column 16: log() takes 1 argument, not 2"),
+    ],
+)
+def test_cost_file_errors_in_full(text, message):
+    with pytest.raises(CostModelError) as caught:
+        CostModel.parse(text, source="m.cost")
+    assert str(caught.value) == message
+
+
+def test_with_params_changes_only_the_named_ones():
+    model = CostModel.parse("param a = 1\nparam b = 2\ncost = a * depth + b", name="two")
+    changed = model.with_params(b=5)
+    assert changed.params == {"a": 1.0, "b": 5} and model.params == {"a": 1.0, "b": 2.0}
+    assert changed.evaluate_values({"depth": 3.0}) == 8.0
+    with pytest.raises(CostModelError) as caught:
+        model.with_params(gamma=1, beta=2, a=3)
+    assert str(caught.value) == "cost model 'two' has no parameter(s) beta, gamma"
+
+
+def test_evaluate_gives_the_total_and_every_term():
+    cost = load_cost_model("structural").evaluate(TREE, CTX)
+    assert cost.total == -7.0
+    assert cost.terms == {"depth": 2.0, "edges": 6.0, "imbalance": 1.0, "size": 4.0}
+    leafy = CostModel.parse("cost = leaves - size / 2").evaluate(TREE, CTX)
+    assert (leafy.total, leafy.terms) == (1.0, {"leaves": 3.0, "size": 4.0})
+
+
+def test_shape_cost_counts_semantic_metrics_as_zero():
+    shape = Shape(size=4, height=2, imbalance=1, edges=6, leaves=3)
+    assert load_cost_model("default").shape_cost(shape) == 2 + 1 - 4 - 6
+    assert load_cost_model("structural").shape_cost(shape) == 2 + 1 - 4 - 6
+    assert CostModel.parse("cost = 2 * leaves + similarity - 1").shape_cost(shape) == 5.0
+
+
+def test_directions_skip_semantic_metrics_wherever_they_sort():
+    def a_sem(tree, ctx):
+        return 0.0
+
+    model = CostModel.parse("cost = a_sem + depth - leaves", metrics={"a_sem": a_sem})
+    assert model.directions() == {"height": 1, "leaves": -1}
+    assert model.semantic == {"a_sem"} and model.names == {"a_sem", "depth", "leaves"}
+
+    def odd(tree, ctx):
+        return 1.0
+
+    odd.structure = "declared by hand, not with structural()"
+    assert CostModel.parse("cost = odd + depth", metrics={"odd": odd}).semantic == {"odd"}
+
+
+def test_structural_refuses_unknown_fields_and_directions():
+    from nlqo.cost import structural
+
+    fields = "size, height, imbalance, edges, leaves"
+    with pytest.raises(CostModelError) as caught:
+        structural(width=1)
+    assert str(caught.value) == f"structural(): fields are {fields} and directions +1 or -1, got {{'width': 1}}"
+    with pytest.raises(CostModelError) as caught:
+        structural(height=2)
+    assert str(caught.value) == f"structural(): fields are {fields} and directions +1 or -1, got {{'height': 2}}"
+
+    @structural(height=-1, size=1)
+    def shallow(shape):
+        return shape.size - shape.height
+
+    assert structure_of(shallow).directions == {"height": -1, "size": 1}
+    assert structure_of(shallow).of_shape(Shape(size=5, height=2)) == 3
+    assert shallow(TREE, CTX) == 2.0
+
+
+def test_the_context_orients_relations_and_caches_shapes():
+    from nlqo.kinds import RelationKind
+
+    assert CTX.relation("q2", "q3") == RelationKind.PARENT
+    assert CTX.relation("q3", "q2") == RelationKind.CHILD
+    assert CTX.relation("q2", "q1") == RelationKind.SIBLING
+    assert CTX.relation("q3", "q4") == RelationKind.NONE
+    ctx = CostContext(Q, dict(CTX.relations))
+    first = ctx.shape(TREE)
+    assert first == Shape(size=4, height=2, imbalance=1, edges=6, leaves=3, max_child=1, min_child=0)
+    assert ctx.shape(TREE) is first
+
+
+def test_shapes_by_hand():
+    from nlqo.cost.shape import shape_of
+
+    # r -> a, b; a -> c, d (siblings); c -> e
+    kids = {"r": ("a", "b"), "a": ("c", "d"), "c": ("e",)}
+    related = lambda x, y: {x, y} == {"c", "d"}  # noqa: E731
+    assert shape_of("r", kids, related) == Shape(
+        size=6, height=3, imbalance=2, edges=6, leaves=3, max_child=2, min_child=0
+    )
+    assert shape_of("r", kids, related, synthetic_root="r") == Shape(
+        size=5, height=3, imbalance=2, edges=6, leaves=3, max_child=2, min_child=0
+    )
+    # the imbalance deep inside (under a: 2 against 0) outlasts a root with one child
+    deep = {"r": ("a",), "a": ("b", "c"), "b": ("d",), "d": ("e",)}
+    assert shape_of("r", deep, lambda x, y: False, synthetic_root="r") == Shape(
+        size=5, height=4, imbalance=2, edges=5, leaves=2, max_child=3, min_child=3
+    )
+    assert shape_of("r", {}, related) == Shape() and shape_of("r", {}, related, synthetic_root="r") == Shape(
+        size=0, leaves=0
+    )
+
+
+def test_trees_walk_in_order():
+    assert list(TREE.preorder()) == [(ROOT, 0), ("q1", 1), ("q2", 1), ("q3", 2), ("q4", 1)]
+    assert list(TREE.preorder("q2", 1)) == [("q2", 1), ("q3", 2)]
+    assert list(TREE.postorder()) == ["q1", "q3", "q2", "q4", ROOT]
+    assert list(TREE.postorder("q2")) == ["q3", "q2"]
+    assert TREE.heights == {ROOT: 2, "q1": 0, "q2": 1, "q3": 0, "q4": 0}
+    assert TREE.levels() == [("q1", "q3", "q4"), ("q2",), (ROOT,)]
+    assert TREE.subtree("q2") == Tree("q2", (("q3", "q2"),), ("q2", "q3"))
+    assert TREE.nodes == ORDER
+    # built from a mapping in any order, the pairs follow the node order
+    assert Tree.build(ROOT, {"q4": ROOT, "q3": "q2", "q2": ROOT}, ORDER) == Tree(
+        ROOT, (("q2", ROOT), ("q3", "q2"), ("q4", ROOT)), (ROOT, "q2", "q3", "q4")
+    )
+
+
+def test_plan_labels_and_textualised_trees():
+    from nlqo.plan import Cost, Plan, textualise
+
+    assert textualise(Q, TREE) == "a p x; b s y; a r b; a t z"
+    assert textualise(Q, TREE, "q2") == "b s y; a r b"
+    plan_ = Plan(Q, TREE, Cost(0.0, {}))
+    assert plan_.label(ROOT) == "Answer ?a" and plan_.label("q3") == "?b s y"
+    assert plan_.atom(ROOT) is None and plan_.atom("q2") == Q.atom("q2")
+    asked = attrs.evolve(parse('q1 = (?a, "p", "x")\nq2 = (?b, "r", ?a)\nanswer ?a, q2'), question="What is it?")
+    assert Plan(asked, Tree.build(ROOT, {"q1": ROOT}, (ROOT, "q1")), Cost(0.0, {})).label(ROOT) == (
+        "Answer ?a, q2: What is it?"
+    )
+
+
+class _Recorder:
+    """An embedder that records what it was asked to embed."""
+
+    def __init__(self):
+        from nlqo.testing import HashEmbedder
+
+        self.inner, self.calls = HashEmbedder(), []
+
+    def encode(self, texts, *, kind="passage"):
+        self.calls.append((tuple(texts), kind))
+        return self.inner.encode(texts, kind=kind)
+
+
+def test_similarity_embeds_the_textualised_tree_and_the_question_once():
+    import numpy as np
+
+    from nlqo.cost.metrics import similarity
+    from nlqo.testing import HashEmbedder
+
+    embedder = _Recorder()
+    ctx = CostContext(attrs.evolve(Q, question="Which a is p x?"), dict(CTX.relations), embedder=embedder)
+    text, question = "a p x; b s y; a r b; a t z", "Which a is p x?"
+    expected = float(np.dot(*HashEmbedder().encode([text, question])))
+    assert similarity(TREE, ctx) == pytest.approx(expected) and expected < 0.99
+    assert similarity(TREE, ctx) == pytest.approx(expected)
+    assert embedder.calls == [((text,), "query"), ((question,), "query")]
+    assert similarity(Tree.build(ROOT, {}, (ROOT,)), ctx) == 0.0
+    assert len(embedder.calls) == 2
+    with pytest.raises(CostModelError) as caught:
+        CostContext(Q).embed("x")
+    assert str(caught.value) == (
+        "this cost model uses 'similarity', which needs an embedder; pass one, or use the 'structural' cost model"
+    )
+
+
+def test_metrics_from_an_installed_package(tmp_path, monkeypatch):
+    (tmp_path / "mymetrics.py").write_text(
+        "from nlqo.cost import structural\n\n\n@structural(height=1)\ndef twice_depth(shape):\n    return 2 * shape.height\n"
+    )
+    dist = tmp_path / "mymetrics-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mymetrics\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nlqo.metrics]\ntwice_depth = mymetrics:twice_depth\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from nlqo.cost import registry
+
+    assert set(registry()) == {"size", "edges", "depth", "imbalance", "similarity", "leaves", "twice_depth"}
+    model = CostModel.parse("cost = twice_depth - size")
+    assert model.evaluate(TREE, CTX).total == 0.0 and model.directions() == {"height": 1, "size": -1}
+
+
+def test_load_cost_model_by_name_path_and_with_overrides(tmp_path):
+    assert load_cost_model().name == "default" and load_cost_model().params == {"alpha": 10.0}
+    (tmp_path / "mine.cost").write_text("param w = 0.5\ncost = w * depth - roots\n")
+
+    def roots(tree, ctx):
+        return float(len(tree.children[ROOT]))
+
+    model = load_cost_model("mine", path=[tmp_path], metrics={"roots": roots}, params={"w": 2.0})
+    assert (model.name, model.source, model.params) == ("mine", str(tmp_path / "mine.cost"), {"w": 2.0})
+    assert model.evaluate(TREE, CTX).total == 2.0 * 2 - 3
+    assert load_cost_model(str(tmp_path / "mine.cost"), metrics={"roots": roots}).params == {"w": 0.5}
+    with pytest.raises(CostModelError, match=r"mine.cost:2:20: unknown name 'roots'"):
+        load_cost_model("mine", path=[tmp_path])
