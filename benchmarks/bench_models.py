@@ -1,26 +1,30 @@
-"""Bundled local models: one-time conversion, load time, decode speed, and prefix-reuse savings.
+"""The bundled local models side by side on transformers (float32), in parts (``--part``):
 
-For each installed bundled model: the GGUF -> safetensors conversion time (measured now when the
-model is not converted yet, or with --fresh-cache; else read from the cache marker), the load
-time, greedy decode tokens/s on a fixed prompt, and the time to first token of a question after
-the parse prompt's instruction and examples (``nlqo.prompts.planning.PARSE``, a prefix the parser
-reuses for every question), computed from scratch versus with the prefix's KV state reused from
-the prefix cache (checking that both give the same tokens).
-
-On a machine shared with other jobs, torch's default of one thread per core oversubscribes the
-cores and decoding slows down several-fold; --threads 1 gives steadier numbers there.
+* **costs**: the GGUF -> safetensors conversion time (measured now when the model is not converted yet,
+  or with --fresh-cache; else read from the cache marker), the load time, greedy decode tokens/s on a
+  fixed prompt, and the time to first token of a question after the parse prompt's instruction and
+  examples (``nlqo.prompts.planning.PARSE``, a prefix the parser reuses for every question), computed
+  from scratch versus with the prefix's KV state reused from the prefix cache (checking that both give
+  the same tokens). On a machine shared with other jobs, torch's default of one thread per core
+  oversubscribes the cores and decoding slows down several-fold; --threads 1 gives steadier numbers.
+* **default**: which model `nlqo ask` should default to: on the first ``--limit`` demo questions over
+  examples/demo_corpus.jsonl, the linear template's exact match and seconds per question, and whether
+  the model writes valid IR (the parser's prompt, with repairs).
 """
 
 import gc
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
-from nlqo.errors import ModelNotAvailable
-from nlqo.eval.experiment import THREADS, Block, Experiment, Option, main, torch_threads
+from nlqo.errors import ModelNotAvailable, ParseFailure
+from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.experiment import REPO, THREADS, Block, Experiment, Option, main, torch_threads
+from nlqo.eval.workspace import open_index
 from nlqo.llm.base import ChatMessage
-from nlqo.models import BUNDLED, bundled_dir, resolve_model
+from nlqo.models import BUNDLED, bundled_dir, load_transformers, resolve_model
 from nlqo.models.convert import is_converted, read_marker
 from nlqo.models.parts import locate
 from nlqo.prompts.planning import PARSE
@@ -41,12 +45,20 @@ def question_suffix(llm, question: str) -> str:
     return with_q[len(llm.format_chat(system, add_generation_prompt=False)) :]
 
 
-def measure(args, case: dict, dtype: str) -> dict:
+def setup(args) -> dict:
+    """Torch's threads; for the default part, the demo corpus's index (built in a temporary folder)."""
+    torch_threads(args)
+    work, demo = Path(tempfile.mkdtemp(prefix="nlqo-demo-")), str(REPO / "examples" / "demo_corpus.jsonl")
+    index = open_index(work, corpus=demo, progress=False)[0] if args.part != "costs" else None
+    return {"args": args, "index": index, "model": None, "llm": None}
+
+
+def costs(args, name: str) -> dict:
     import torch
 
     from nlqo.llm.local import TransformersLLM
 
-    model = next(m for m in BUNDLED if m.name == case["name"])
+    model = next(m for m in BUNDLED if m.name == name)
     row: dict = {"gguf_bytes": model.size, "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     row["load_avg_before"] = round(os.getloadavg()[0], 1)
     try:
@@ -104,9 +116,42 @@ def measure(args, case: dict, dtype: str) -> dict:
     return row
 
 
-def table(rows: list[dict], run: dict) -> str:
+def default(context: dict, case: dict, model: str) -> dict:
+    """The linear template on one demo question, and a parse of it, by ``model`` (kept loaded between cases)."""
+    from nlqo.config import EngineConfig
+    from nlqo.eval.metrics import exact_match
+    from nlqo.execute.engine import Engine
+    from nlqo.parser import parse_question
+
+    if context["model"] != model:
+        context.update(model=None, llm=None)
+        context.update(model=model, llm=load_transformers(model))
+    llm, index, config = context["llm"], context["index"], EngineConfig(measure_costs=False, relation_cache=False)
+    engine = Engine.from_config(config, llm=llm, retriever=index.retriever("hybrid"), embedder=index.embedder)
+    started = time.perf_counter()
+    r = engine.ask(case["text"], strategy="linear")
+    linear_s, started = time.perf_counter() - started, time.perf_counter()
+    try:
+        ir_valid, atoms = True, len(parse_question(case["text"], llm).query.atoms)
+    except ParseFailure:
+        ir_valid, atoms = False, 0
+    return {"answer": r.answer, "em": exact_match(r.answer, case["gold"]), "linear_s": linear_s, "hops": r.hops, "generated": r.stats()["generated_tokens"], "ir_valid": ir_valid, "atoms": atoms, "parse_s": time.perf_counter() - started, "load": os.getloadavg()[0]}  # fmt: skip
+
+
+def measure(context: dict, case: dict, model: str) -> dict:
+    return costs(context["args"], model) if case["part"] == "costs" else default(context, case, model)
+
+
+def cases(args) -> list[dict]:
+    demo = QuestionSet.load(REPO / "examples" / "demo_questions.jsonl", limit=args.limit).questions
+    out = [{"part": "costs"}] if args.part in ("costs", "all") else []
+    return out + [{"part": "default", "question": q.id, "text": q.question, "gold": list(q.answers)} for q in demo if args.part in ("default", "all")]  # fmt: skip
+
+
+def table(records: list[dict], run: dict) -> str:
+    rows = [r for r in records if r["part"] == "costs"]
     lines = [
-        f"Measured {run['started'][:10]} on {run['cpus']} CPU cores, torch {rows[0]['torch']}, "
+        f"Measured {rows[0]['measured'][:10]} on {run['cpus']} CPU cores, torch {rows[0]['torch']}, "
         "float32, greedy decoding. The load avg column is the 1-minute load average before / after "
         "each model: above 2, other jobs shared the two cores and the times are upper bounds. "
         "Regenerate with `python benchmarks/bench_models.py`.",
@@ -116,11 +161,11 @@ def table(rows: list[dict], run: dict) -> str:
     ]
     for r in rows:
         if "skipped" in r:
-            lines.append(f"| {r['name']} | not installed | | | | | | | | | | | | |")
+            lines.append(f"| {r['model']} | not installed | | | | | | | | | | | | |")
             continue
         cold, cached = r["ttft_cold_ms"], r["ttft_cached_ms"]
         lines.append(
-            f"| {r['name']} | {r['parameters'] / 1e6:.0f} M | {r['gguf_bytes'] / 1e6:,.0f} MB | "
+            f"| {r['model']} | {r['parameters'] / 1e6:.0f} M | {r['gguf_bytes'] / 1e6:,.0f} MB | "
             f"{r['converted_bytes'] / 1e6:,.0f} MB | {r['conversion_s']} s | {r['load_s']} s | "
             f"{r['decode_tok_s']} tok/s | {r['prefix_tokens']} / {r['question_tokens']:g} | {cold / 1000:.2f} s | "
             f"{cached / 1000:.2f} s | {round(cold - cached, 1) / 1000:.2f} s ({round(cold / cached, 2)}x) | "
@@ -129,18 +174,40 @@ def table(rows: list[dict], run: dict) -> str:
     return "\n".join(lines)
 
 
+def default_table(records: list[dict], run: dict) -> str:
+    rows = [r for r in records if r["part"] == "default"]
+    out = [
+        f"Measured {rows[0]['measured'][:10]} on {run['machine']}, {run['cpus']} cores (load average {rows[-1]['load']:.1f} "
+        f"at the end), {len({r['question'] for r in rows})} demo questions over examples/demo_corpus.jsonl, linear "
+        "template, k=3 hybrid (`python benchmarks/bench_models.py --part default`).",
+        "",
+        "| model | EM (linear) | s / question (linear) | generated tokens | valid IR from the parser | s / parse |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m in dict.fromkeys(r["model"] for r in rows):
+        rs = [r for r in rows if r["model"] == m]
+        mean = {k: statistics.mean(r[k] for r in rs) for k in ("em", "linear_s", "generated", "parse_s")}
+        out.append(f"| {m} | {mean['em']:.2f} | {mean['linear_s']:.1f} | {mean['generated']:.0f} | {sum(r['ir_valid'] for r in rs)}/{len(rs)} | {mean['parse_s']:.1f} |")  # fmt: skip
+    return "\n".join(out)
+
+
 EXPERIMENT = Experiment(
     name="models",
-    blocks=(Block("docs/models.md", "bench-models", table, title="Local models"),),
+    blocks=(
+        Block("docs/models.md", "bench-models", table, title="Local models"),
+        Block("docs/models.md", "default-model", default_table),
+    ),
     about=__doc__,
-    cases=lambda args: [{"name": name} for name in args.models],
-    key=("name",),
-    configs=lambda args: ["float32"],
-    config_field="dtype",
-    setup=torch_threads,
+    cases=cases,
+    key=("part", "question"),
+    configs=lambda args: args.models,
+    config_field="model",
+    setup=setup,
     measure=measure,
     options=(
-        Option.of("--models", nargs="*", default=[m.name for m in BUNDLED]),
+        Option.of("--part", choices=("costs", "default", "all"), default="all"),
+        Option.of("--models", nargs="*", default=[m.name for m in BUNDLED], help="bundled models (default: all)"),
+        Option.of("--limit", type=int, default=8, help="default: the first LIMIT demo questions"),
         Option.of("--decode-tokens", type=int, default=48),
         Option.of("--repeat", type=int, default=3, help="questions timed with and without the cached prefix"),
         THREADS,
