@@ -16,7 +16,17 @@ from nlqo.config import EngineConfig
 from nlqo.cost import load_cost_model
 from nlqo.execute.engine import Engine
 from nlqo.execute.linear import LinearExecutor
-from nlqo.execute.lower import BackendProfile, lower, shape
+from nlqo.execute.lower import (
+    _PROBE_TEXT,
+    BackendProfile,
+    Estimate,
+    estimate_iterate,
+    estimate_linear,
+    estimate_retrieve,
+    estimate_tree,
+    lower,
+    shape,
+)
 from nlqo.execute.terminator import Terminator, hops_at, max_similarity
 from nlqo.execute.tree import TreeExecutor
 from nlqo.llm import ScriptedLLM
@@ -390,6 +400,93 @@ def test_lowering_by_shape_and_backend():
     assert lower(chain, local).hints == ("?d directed Jaws", "?d born in ?city")
 
 
+# 2 ms per prompt token, 30 ms per generated token, 7 ms per retrieval; k = 3 passages of 110 tokens
+COSTS = BackendProfile(
+    prefill_ms_per_token=2.0, decode_ms_per_token=30.0, retrieve_ms=7.0, concurrency=1, kv_reuse=True
+)
+
+
+def test_the_estimates_count_the_calls_tokens_and_milliseconds_of_each_operator():
+    chain, older, single = structural_plan(CHAIN), structural_plan(OLDER), structural_plan(SINGLE)
+    no_reuse = attrs.evolve(COSTS, kv_reuse=False)
+    # the template: per hop 390 prompt tokens (3 passages + 60) and 40 generated, plus the answer's 23;
+    # without KV reuse each of its two calls per hop re-reads the whole text (700 tokens + 390 per hop so far)
+    assert estimate_linear(chain, COSTS, 3) == Estimate(
+        ms=4744.0, llm_calls=6, generated_tokens=103, computed_prompt_tokens=820
+    )
+    assert estimate_linear(chain, no_reuse, 3) == Estimate(
+        ms=16184.0, llm_calls=6, generated_tokens=103, computed_prompt_tokens=6540
+    )
+    assert estimate_linear(single, COSTS, 3) == Estimate(
+        ms=2757.0, llm_calls=4, generated_tokens=63, computed_prompt_tokens=430
+    )
+    assert estimate_linear(older, no_reuse, 3) == Estimate(
+        ms=35118.0, llm_calls=10, generated_tokens=183, computed_prompt_tokens=14800
+    )
+    # the tree: every node (the root too) reads 700 prompt tokens and writes 23, one wave after another
+    node_ms = 700 * 2.0 + 23 * 30.0 + 7.0
+    assert estimate_tree(chain, COSTS, 3) == Estimate(
+        ms=3 * node_ms, llm_calls=5, generated_tokens=69, computed_prompt_tokens=2100
+    )
+    assert estimate_tree(older, COSTS, 3) == Estimate(
+        ms=5 * node_ms, llm_calls=9, generated_tokens=115, computed_prompt_tokens=3500
+    )
+    two_at_once = attrs.evolve(COSTS, concurrency=2)
+    assert estimate_tree(older, two_at_once, 3).ms == 3 * node_ms  # waves of 2, 2 and 1 nodes
+    assert estimate_tree(older, attrs.evolve(two_at_once, batch_speedup=(1.0, 1.6)), 3).ms == pytest.approx(
+        2 * (2 * node_ms / 1.6) + node_ms
+    )
+    # one retrieval and one short answer; iterate repeats it
+    assert estimate_retrieve(COSTS, 3) == Estimate(
+        ms=1147.0, llm_calls=1, generated_tokens=8, computed_prompt_tokens=450
+    )
+    assert estimate_iterate(COSTS, 3, 3) == Estimate(
+        ms=3441.0, llm_calls=3, generated_tokens=24, computed_prompt_tokens=1350
+    )
+
+
+def test_a_wave_costs_its_rounds_of_requests_divided_by_the_measured_batch_gain():
+    assert BackendProfile(concurrency=1).wave_ms(2, 100.0) == 200.0  # one after the other
+    assert BackendProfile(concurrency=3).wave_ms(7, 100.0) == 300.0  # 3 + 3 + 1
+    gain = BackendProfile(concurrency=4, batch_speedup=(1.0, 1.25))
+    assert gain.wave_ms(1, 100.0) == 100.0  # a node alone gains nothing
+    assert gain.wave_ms(2, 100.0) == 160.0
+    assert BackendProfile(concurrency=2, batch_speedup=(1.0, 1.6)).wave_ms(3, 100.0) == pytest.approx(250.0)
+    # more at once than measured: the largest measured batch's gain
+    assert BackendProfile(concurrency=8, batch_speedup=(1.0, 1.5)).wave_ms(4, 120.0) == 320.0
+    # a backend that slows down when batched: the wave costs more than its nodes one by one
+    assert BackendProfile(concurrency=2, batch_speedup=(1.0, 0.5)).wave_ms(2, 100.0) == 400.0
+
+
+SLOW_DECODE = attrs.evolve(COSTS, decode_ms_per_token=1000.0)
+
+
+def test_the_lowering_reason_gives_both_estimates_and_the_backend_they_assume():
+    chain, older, single = structural_plan(CHAIN), structural_plan(OLDER), structural_plan(SINGLE)
+    assert lower(chain, SLOW_DECODE, k=3).reason == (
+        "chain plan: tree est. 73.2 s < linear est. 104.7 s (backend concurrency 1, KV reuse on, "
+        "assumed per-token costs: prefill 2.0 ms, decode 1000 ms)"
+    )
+    measured = attrs.evolve(
+        SLOW_DECODE, concurrency=2, concurrency_source="measured", batch_speedup=(1.0, 1.8), kv_reuse=False,
+        source="measured",
+    )  # fmt: skip
+    assert lower(older, measured, k=3).reason == (
+        "branching plan: tree est. 78.6 s < linear est. 212.6 s (backend concurrency 2 (measured), measured batch "
+        "throughput 1:1.00x 2:1.80x, KV reuse off, measured per-token costs: prefill 2.0 ms, decode 1000 ms)"
+    )
+    # the runner-up of three is the cheaper of the other two
+    physical = lower(single, SLOW_DECODE, k=3, simple="retrieve")
+    assert physical.reason.startswith("single plan: retrieve est. 8.9 s < tree est. 48.8 s (")
+    forced = lower(chain, SLOW_DECODE, k=3, force="linear")
+    assert (forced.operator, forced.reason) == ("linear", "forced by --strategy linear")
+    assert forced.estimates == {
+        "linear": estimate_linear(chain, SLOW_DECODE, 3),
+        "tree": estimate_tree(chain, SLOW_DECODE, 3),
+    }
+    assert forced.waves == (("q1",), ("q2",), (ROOT,))
+
+
 profiles = st.builds(
     BackendProfile,
     prefill_ms_per_token=st.floats(0.01, 50),
@@ -557,16 +654,24 @@ def test_hop_counts_at_lower_taus_can_be_read_off_one_run():
 
 
 class TimedLLM:
-    """A backend whose reported wall time is exactly 3 ms per computed prompt token + 90 ms per generated one."""
+    """A backend whose reported wall time is exactly ``prefill_ms`` (3) per computed prompt token + ``decode_ms``
+    (90) per generated one. A prompt's tokens are its words, unless ``tokens`` counts them; it generates
+    ``max_tokens``, unless ``generated`` says how many. Every request is recorded in ``calls``."""
 
-    def __init__(self, report_time: bool = True):
-        self.report_time = report_time
+    def __init__(self, report_time: bool = True, *, prefill_ms=3.0, decode_ms=90.0, tokens=None, generated=None):
+        self.report_time, self.prefill_ms, self.decode_ms = report_time, prefill_ms, decode_ms
+        self.tokens = tokens or (lambda prompt: len(prompt.split()))
+        self.generated = generated or (lambda max_tokens: max_tokens)
+        self.calls: list[tuple[str, int]] = []
+        self.lock = threading.Lock()
 
     def complete(self, prompt, *, stop=(), max_tokens=256):
         from nlqo.llm.base import Completion, Usage
 
-        prompt_tokens, generated = len(prompt.split()), max_tokens
-        wall = 3.0 * prompt_tokens + 90.0 * generated if self.report_time else 0.0
+        with self.lock:
+            self.calls.append((prompt, max_tokens))
+        prompt_tokens, generated = self.tokens(prompt), self.generated(max_tokens)
+        wall = self.prefill_ms * prompt_tokens + self.decode_ms * generated if self.report_time else 0.0
         return Completion("x", Usage(prompt_tokens=prompt_tokens, generated_tokens=generated, wall_ms=wall, calls=1))
 
 
@@ -574,8 +679,11 @@ def test_backend_costs_are_measured_by_two_probes():
     from nlqo.execute.lower import measure_profile
 
     base = BackendProfile(concurrency=4, kv_reuse=False)
-    measured = measure_profile(TimedLLM(), base)
+    llm = TimedLLM()
+    measured = measure_profile(llm, base)
     assert measured.source == "measured"
+    # a long prompt with one token to generate, a short one with six, then 1 + 2 + 3 + 4 requests for the batch gain
+    assert llm.calls[:2] == [(_PROBE_TEXT * 4, 1), ("Rivers:", 6)] and len(llm.calls) == 2 + 10
     assert measured.prefill_ms_per_token == pytest.approx(3.0) and measured.decode_ms_per_token == pytest.approx(90.0)
     assert (measured.concurrency, measured.kv_reuse) == (4, False)  # what was not measured is kept
     assert measure_profile(TimedLLM(report_time=False), base) == base  # no timings: stay with the assumption
@@ -602,8 +710,8 @@ class BatchingLLM(TimedLLM):
     together, and request number i reports ``i / gain(i)`` times its solo time (gain 1: requests
     sent together take as long as one after another; gain n: they cost one request)."""
 
-    def __init__(self, gain):
-        super().__init__()
+    def __init__(self, gain, **timing):
+        super().__init__(**timing)
         self.gain = gain
 
     def complete(self, prompt, *, stop=(), max_tokens=256):
@@ -634,3 +742,43 @@ def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_node
         assert ratio < 1.0 and "measured batch throughput 1:1.00x 2:2.00x" in lower(plan, profile).reason
     else:
         assert ratio == pytest.approx(1.0)  # no gain measured: a wave costs what its nodes cost one by one
+
+
+@pytest.mark.parametrize(
+    "timing, costs",
+    [
+        (dict(prefill_ms=0.001, decode_ms=0.1), (0.001, 0.1)),  # calls of less than a millisecond
+        # the smallest system with one solution (determinant 1): a backend that answers in one token
+        (dict(tokens=lambda p: 2 if p.startswith("The river") else 1, generated=lambda n: 1), (3.0, 90.0)),
+        (dict(prefill_ms=0.0), None),  # the time does not grow with the prompt: no prefill cost to solve for
+        (dict(decode_ms=0.0), None),  # nor with the tokens generated
+        (dict(tokens=lambda p: 0), None),  # no token counts: the system has no single solution
+    ],
+)
+def test_the_probes_measure_a_backend_exactly_when_its_two_costs_come_out_positive(timing, costs):
+    from nlqo.execute.lower import measure_profile
+
+    base = BackendProfile(concurrency=1, kv_reuse=True)
+    measured = measure_profile(TimedLLM(**timing), base)
+    if costs is None:
+        assert measured == base
+        return
+    assert (measured.prefill_ms_per_token, measured.decode_ms_per_token) == pytest.approx(costs)
+    assert (measured.source, measured.kv_reuse, measured.concurrency, measured.batch_speedup) == (
+        "measured",
+        True,
+        1,
+        (),
+    )
+
+
+def test_the_batch_gain_is_measured_up_to_four_requests_also_on_a_fast_backend():
+    from nlqo.execute.lower import measure_batch_speedup
+
+    llm = BatchingLLM(lambda n: float(n), prefill_ms=0.001, decode_ms=0.01)  # a request takes 0.124 ms
+    assert measure_batch_speedup(llm, 8) == pytest.approx((1.0, 2.0, 3.0, 4.0))
+    assert sorted(llm.calls) == sorted(
+        [("List of rivers (1):", 12)] * 4 + [("List of rivers (2):", 12)] * 3 + [("List of rivers (3):", 12)] * 2
+        + [("List of rivers (4):", 12)]
+    )  # fmt: skip
+    assert measure_batch_speedup(TimedLLM(report_time=False), 4) == ()  # no timings: nothing measured

@@ -13,11 +13,20 @@ import json
 import threading
 import time
 
+import attrs
 import pytest
 from loopback import Loopback, QuietHandler
 
 from nlqo.cost import load_cost_model
-from nlqo.execute.lower import BackendProfile, lower, measure_profile
+from nlqo.execute.lower import (
+    _PROBE_TEXT,
+    BackendProfile,
+    concurrent_requests,
+    lower,
+    measure_profile,
+    probe_concurrency,
+    server_prefix_cache,
+)
 from nlqo.llm.base import Capabilities, capabilities
 from nlqo.llm.cache import CachedLLM
 from nlqo.llm.openai_compat import OpenAICompatLLM
@@ -178,6 +187,113 @@ def test_a_prefix_cache_counts_only_for_a_prompt_the_server_still_holds():
         llm.complete("another prompt", max_tokens=1)
         assert server_prefix_cache(llm, prompt) is False  # the only slot moved on
     assert server_prefix_cache(ScriptedLLM([], default="x"), prompt) is False  # not a server
+
+
+class SlotsLLM:
+    """An in-process server backend for the probes, timed by what it reports: ``slots`` requests run at
+    once, so request number i of requests sent together (``(i)`` or ``(round.i)`` in the prompt)
+    finishes in tier ceil(i / slots); a request takes ``prefill_ms`` per computed prompt token (word)
+    and ``decode_ms`` per generated token, and a prompt it served before comes from its cache but for
+    the last token. ``server_slots()`` says ``reported`` (None: it does not say). ``barrier``: numbered
+    requests wait there until that many are in flight. Every request is recorded in ``calls``."""
+
+    name = "slots"
+
+    def __init__(self, slots, *, reported=None, prefill_ms=2.0, decode_ms=25.0, barrier=None):
+        self.slots, self.reported, self.prefill_ms, self.decode_ms, self.barrier = (
+            slots, reported, prefill_ms, decode_ms, barrier,
+        )  # fmt: skip
+        self.capabilities = Capabilities(concurrency=reported or 1, server_slots=True)
+        self.calls: list[tuple[str, int]] = []
+        self.seen: set[str] = set()
+        self.lock = threading.Lock()
+
+    def server_slots(self):
+        return self.reported
+
+    def complete(self, prompt, *, stop=(), max_tokens=256):
+        import math
+        import re
+
+        from nlqo.llm.base import Completion, Usage
+
+        with self.lock:
+            self.calls.append((prompt, max_tokens))
+            tokens = len(prompt.split())
+            cached = tokens - 1 if prompt in self.seen else 0
+            self.seen.add(prompt)
+        number = re.search(r"\((?:\d+\.)?(\d+)\)", prompt)
+        if number and self.barrier is not None:
+            self.barrier.wait(timeout=5)
+        tier = math.ceil(int(number.group(1)) / self.slots) if number else 1
+        wall = ((tokens - cached) * self.prefill_ms + max_tokens * self.decode_ms) * tier
+        usage = Usage(prompt_tokens=tokens, cached_prompt_tokens=cached, generated_tokens=max_tokens, wall_ms=wall)
+        return Completion(" x", usage)
+
+
+PROBE = _PROBE_TEXT * 4
+
+
+def test_measure_profile_takes_the_slots_a_server_reports_and_its_prefix_cache():
+    llm = SlotsLLM(3, reported=3)
+    profile = measure_profile(llm, BackendProfile(kv_reuse=False))
+    assert (profile.concurrency, profile.concurrency_source, profile.kv_reuse, profile.source) == (
+        3,
+        "server slots",
+        True,
+        "measured",
+    )
+    assert (profile.prefill_ms_per_token, profile.decode_ms_per_token) == pytest.approx((2.0, 25.0))
+    assert profile.batch_speedup == pytest.approx((1.0, 2.0, 3.0))
+    # the two probes with the long one sent twice (served from the cache the second time), then the batch gain
+    assert llm.calls[:3] == [(PROBE, 1), (PROBE, 1), ("Rivers:", 6)] and len(llm.calls) == 3 + 1 + 2 + 3
+
+
+def test_measure_profile_measures_the_concurrency_of_a_server_that_does_not_report_it():
+    llm = SlotsLLM(2)
+    profile = measure_profile(llm, BackendProfile(kv_reuse=False))
+    assert (profile.concurrency, profile.concurrency_source, profile.batch_speedup) == (2, "measured", (1.0, 2.0))
+    warm_up = [(PROBE, 1), (PROBE, 1), ("Rivers:", 6), ("List of rivers:", 12)]
+    assert llm.calls[:4] == warm_up
+    # two rounds of four requests sent together, then one and two for the batch gain
+    rounds = [sorted(llm.calls[4:8]), sorted(llm.calls[8:12])]
+    assert rounds == [[(f"List of rivers ({r}.{i}):", 12) for i in (1, 2, 3, 4)] for r in (0, 1)]
+    assert llm.calls[12] == ("List of rivers (1):", 12) and len(llm.calls) == 15
+
+
+def test_a_server_that_still_holds_the_probe_prompts_measures_the_same_costs():
+    llm = SlotsLLM(2, reported=2)
+    first = measure_profile(llm, BackendProfile(kv_reuse=False))
+    again = measure_profile(llm, BackendProfile(kv_reuse=False))  # every probe prompt is cached now
+    assert (again.prefill_ms_per_token, again.decode_ms_per_token) == pytest.approx((2.0, 25.0))
+    assert again == attrs.evolve(
+        first, prefill_ms_per_token=again.prefill_ms_per_token, decode_ms_per_token=again.decode_ms_per_token
+    )
+
+
+def test_the_concurrency_probe_sends_its_requests_at_once_and_counts_those_that_finish_with_the_first():
+    # 40 requests that only finish once all 40 are in flight: sent one pool worker each
+    llm = SlotsLLM(40, barrier=threading.Barrier(40))
+    assert probe_concurrency(llm, requests=40, rounds=1) == 40
+    assert concurrent_requests([100.0, 150.0, 150.5]) == 2  # within 1.5 times the first, the bound included
+    assert probe_concurrency(SlotsLLM(3)) == 3 and probe_concurrency(SlotsLLM(8)) == 4  # at most the requests sent
+
+
+@pytest.mark.parametrize(
+    "prompt_tokens, cached, served",
+    [(0, 0, False), (1, 1, True), (4, 2, True), (5, 2, True), (4, 1, False), (6, 2, False), (9, 4, True)],
+)
+def test_a_prefix_cache_counts_when_at_least_half_the_prompt_comes_from_it(prompt_tokens, cached, served):
+    from nlqo.llm.base import Completion, Usage
+
+    class Reports(SlotsLLM):
+        def complete(self, prompt, *, stop=(), max_tokens=256):
+            self.calls.append((prompt, max_tokens))
+            return Completion(" x", Usage(prompt_tokens=prompt_tokens, cached_prompt_tokens=cached, wall_ms=1.0))
+
+    llm = Reports(1)
+    assert server_prefix_cache(llm, "a prompt") is served
+    assert llm.calls == [("a prompt", 1)]  # one request, one token
 
 
 # --- real llama.cpp servers ----------------------------------------------------------------------

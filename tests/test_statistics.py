@@ -58,6 +58,54 @@ def test_a_budget_nothing_fits_runs_the_fastest_and_says_so():
     assert choice.operator == "retrieve" and "none fits, the fastest runs" in choice.reason
 
 
+CANDS = [
+    Candidate("retrieve", 0.40, 0.30, 0.50, 50, 8.0),
+    Candidate("iterate", 0.44, 0.34, 0.54, 50, 13.0),
+    Candidate("tree", 0.30, 0.20, 0.40, 50, 28.0),
+]
+
+
+def test_each_policy_says_why_it_chose_and_keeps_the_candidates():
+    reasons = {p: (choose(CANDS, p).operator, choose(CANDS, p).reason) for p in ("quality", "balanced", "fast")}
+    assert reasons == {
+        "quality": ("iterate", "best estimated EM 44.0%"),
+        "balanced": (
+            "retrieve",
+            "fastest (est. 8.0 s) whose EM 40.0% lies within the best one's interval (iterate 44.0% [34.0%, 54.0%], n=50)",
+        ),
+        "fast": ("retrieve", "fastest, est. 8.0 s"),
+    }
+    choice = choose(CANDS)
+    assert (choice.policy, choice.candidates, choice.chosen) == ("balanced", tuple(CANDS), CANDS[0])
+    # a budget the operator's estimate just meets keeps it
+    within = choose(CANDS, "quality", time_budget=13)
+    assert (within.operator, within.reason) == ("iterate", "best estimated EM 44.0%; time budget 13 s")
+    none_fits = choose(CANDS, "quality", time_budget=2.5)  # only the fastest is left to choose from
+    assert (none_fits.operator, none_fits.reason) == (
+        "retrieve",
+        "best estimated EM 40.0%; time budget 2.5 s: none fits, the fastest runs",
+    )
+
+
+def test_ties_go_to_the_better_estimate_or_the_faster_operator():
+    slow, quick = Candidate("tree", 0.5, 0.4, 0.6, 50, 20.0), Candidate("linear", 0.5, 0.4, 0.6, 50, 10.0)
+    assert choose([slow, quick], "quality").operator == "linear"  # as good, faster
+    worse, better = Candidate("retrieve", 0.3, 0.2, 0.4, 50, 5.0), Candidate("iterate", 0.6, 0.5, 0.7, 50, 5.0)
+    assert choose([worse, better], "fast").operator == "iterate"  # as fast, better
+    # an estimate exactly at the lower end of the best one's interval lies within it
+    best, edge = Candidate("tree", 0.5, 0.4, 0.6, 50, 20.0), Candidate("retrieve", 0.4, 0.3, 0.5, 50, 5.0)
+    assert choose([best, edge], "balanced").operator == "retrieve"
+
+
+def test_choosing_from_no_statistics_or_with_the_structural_policy_is_a_configuration_error():
+    with pytest.raises(
+        ConfigError, match="^no operator to choose from: the statistics measure none of the available operators$"
+    ):
+        choose([], "fast")
+    with pytest.raises(ConfigError, match="^the structural policy chooses on the parsed plan, not from statistics$"):
+        choose(CANDS, "structural")
+
+
 @given(st.integers(0, 200), st.integers(1, 200))
 def test_the_wilson_interval_holds_the_estimate_within_zero_and_one(hits, n):
     hits = min(hits, n)
