@@ -151,7 +151,7 @@ def cases(args) -> list[dict]:
 def table(records: list[dict], run: dict) -> str:
     rows = [r for r in records if r["part"] == "costs"]
     lines = [
-        f"Measured {rows[0]['measured'][:10]} on {run['cpus']} CPU cores, torch {rows[0]['torch']}, "
+        f"Measured {rows[0]['measured_at'][:10]} on {run['cpus']} CPU cores, torch {rows[0]['torch']}, "
         "float32, greedy decoding. The load avg column is the 1-minute load average before / after "
         "each model: above 2, other jobs shared the two cores and the times are upper bounds. "
         "Regenerate with `python benchmarks/bench_models.py`.",
@@ -177,7 +177,7 @@ def table(records: list[dict], run: dict) -> str:
 def default_table(records: list[dict], run: dict) -> str:
     rows = [r for r in records if r["part"] == "default"]
     out = [
-        f"Measured {rows[0]['measured'][:10]} on {run['machine']}, {run['cpus']} cores (load average {rows[-1]['load']:.1f} "
+        f"Measured {rows[0]['measured_at'][:10]} on {run['machine']}, {run['cpus']} cores (load average {rows[-1]['load']:.1f} "
         f"at the end), {len({r['question'] for r in rows})} demo questions over examples/demo_corpus.jsonl, linear "
         "template, k=3 hybrid (`python benchmarks/bench_models.py --part default`).",
         "",

@@ -148,7 +148,7 @@ def table(records: list[dict], run: dict) -> str:
         sets[r["dataset"]].append(r)
     first = records[0]
     lines = [
-        f"Measured {first['measured'][:10]} on {run['machine']}, {run['cpus']} cores ({first['torch_threads']} torch thread(s)), "
+        f"Measured {first['measured_at'][:10]} on {run['machine']}, {run['cpus']} cores ({first['torch_threads']} torch thread(s)), "
         f"Python {run['python']}, embedder `{run['embedder']}`, flat index, every question of each set as the query "
         f"(`python benchmarks/bench_retrieval.py --threads 1`). Load average before / after: "
         f"{first['load_before']} / {records[-1]['load_after']} (other work on the machine slows the timings, not the recall).",  # fmt: skip
@@ -185,7 +185,7 @@ def ann_table(records: list[dict], run: dict) -> str:
     lines = [
         f"Vectors: {first['source']}; queries: the {first['queries']} HotpotQA questions; one FAISS thread, "
         f"one query at a time; recall@10 against the exact (flat) top 10. Sets larger than the real one are synthetic "
-        f"(a real vector plus noise). Measured {first['measured']}, {run['machine']}, {run['cpus']} cores, load average "
+        f"(a real vector plus noise). Measured {first['measured_at']}, {run['machine']}, {run['cpus']} cores, load average "
         f"before / after {', '.join(map(str, first['load_before']))} / {', '.join(map(str, last['load_after']))} "
         "(beside another job). `python benchmarks/bench_retrieval.py --part ann`.",
         "",

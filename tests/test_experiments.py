@@ -50,7 +50,7 @@ def test_runner_measures_each_pair_once_rotating_the_configurations_and_resumes(
         (1, "a", 1, "context"),
     ]
     assert run["limit"] == 2 and run["experiment"] == "toy" and "out" not in run
-    assert all(r["measured"] >= run["started"] for r in records)
+    assert all(r["measured_at"] >= run["started"] for r in records)
     calls.clear()
     ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "3", "--no-docs"])
     assert calls == [(2, "a"), (2, "b")]

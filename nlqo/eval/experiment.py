@@ -6,7 +6,7 @@ measures one configuration on one case, and the blocks that render the records a
 quote. :func:`main` does the rest for all of them:
 
 - records go to ``OUT/records.jsonl``, one line per (case, configuration), synced as they are made,
-  each with the time it was measured (``measured``: a table of a part re-run later cites its own date);
+  each with the time it was measured (``measured_at``: a table of a part re-run later cites its own date);
   running again resumes (pairs with a record are skipped); ``--force`` measures everything again;
 - the configurations alternate on each case, their order rotating by case, so that a machine's
   drift over hours falls on all of them alike (quote their ratios, not their seconds);
@@ -186,7 +186,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
     for n, (case, config) in enumerate(todo, 1):
         started = time.perf_counter()
         record = {**case, experiment.config_field: config, **experiment.measure(context, case, config)}
-        record["measured"] = now()
+        record["measured_at"] = now()
         append_records(path, [record])
         name = " ".join(str(case.get(k)) for k in experiment.key)
         print(f"[{n}/{len(todo)}] {name} {config}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
