@@ -98,7 +98,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/scale-out.md", "cluster-benchmark", table, title="Scale-out: Dask for batch work"),),
     about=__doc__,
     cases=cases,
-    key=("part", "configuration"),
     measure=measure,
     options=(
         Option.of("--part", choices=("bench", "index", "all"), default="all"),

@@ -105,7 +105,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/execution.md", "execution-benchmark", table),),
     about=__doc__,
     cases=cases,
-    key=("part", "question", "variant", "tau"),
     configs=lambda args: [args.model],
     config_field="model",
     setup=setup,

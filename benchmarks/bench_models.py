@@ -199,7 +199,6 @@ EXPERIMENT = Experiment(
     ),
     about=__doc__,
     cases=cases,
-    key=("part", "question"),
     configs=lambda args: args.models,
     config_field="model",
     setup=setup,

@@ -93,7 +93,6 @@ def experiment(name: str, block: str, modes: dict, table, limit: int) -> Experim
         blocks=(Block("docs/ir.md", block, table),),
         about=__doc__,
         cases=questions,
-        key=("set", "qid"),
         configs=lambda args: list(modes),
         config_field="mode",
         setup=lambda args: setup(args, modes),

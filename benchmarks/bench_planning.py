@@ -80,7 +80,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/optimizer.md", "planning-benchmark", table, title="The optimizer"),),
     about=__doc__,
     cases=lambda args: [{"shape": s, "atoms": n} for s in SHAPES for n in args.sizes],
-    key=("shape", "atoms"),
     configs=lambda args: ["structural"],
     config_field="cost_model",
     measure=measure,

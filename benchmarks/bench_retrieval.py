@@ -211,7 +211,6 @@ EXPERIMENT = Experiment(
         *({"part": "recall", "dataset": name} for name in args.datasets if args.part in ("recall", "all")),
         *({"part": "ann", "size": n} for n in args.sizes if args.part in ("ann", "all")),
     ],
-    key=("part", "dataset", "size"),
     configs=lambda args: [*MODES, *(k for k in KINDS if k in args.kinds), "flat"],
     config_field="mode",
     applies=lambda case, mode: mode in (ANN if case["part"] == "ann" else MODES + KINDS),

@@ -332,7 +332,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/models.md", "bench-runtime", table), Block("docs/models.md", "bench-quantize", quantize_table)),
     about=__doc__,
     cases=cases,
-    key=("part", "qid", "strategy"),
     configs=lambda args: args.runtimes.split(","),
     config_field="runtime",
     applies=lambda case, runtime: case["part"] != "quantize" or RUNTIMES[runtime][0] == "transformers",

@@ -216,7 +216,6 @@ EXPERIMENT = Experiment(
     ),
     about=__doc__,
     cases=lambda args: [{"part": p} for p in ("ask", "wave", "ceiling") if args.part in (p, "all")],
-    key=("part",),
     configs=lambda args: (
         [IN_PROCESS] * args.in_process + [f"llama-server, {n} slot{'s' * (n > 1)}" for n in args.slots]
     ),

@@ -121,7 +121,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/serving.md", "load-test", table),),
     about=__doc__,
     cases=lambda args: [{"clients": n} for n in (0, *args.levels)],
-    key=("clients",),
     configs=lambda args: args.models,
     config_field="model",
     setup=Load,

@@ -111,7 +111,6 @@ EXPERIMENT = Experiment(
     blocks=(Block("docs/benchmarks.md", "statistics-report", table),),
     about=__doc__,
     cases=lambda args: [{"set": name} for name in SETS],
-    key=("set",),
     configs=lambda args: ["statistics"],
     config_field="auto",
     measure=measure,

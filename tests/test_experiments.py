@@ -30,7 +30,6 @@ def toy(calls: list, doc: str = "") -> ex.Experiment:
         name="toy",
         blocks=(ex.Block(doc, "toy", table),),
         cases=lambda args: [{"n": n} for n in range(args.limit)],
-        key=("n",),
         configs=lambda args: ["a", "b"],
         setup=lambda args: "context",
         measure=measure,

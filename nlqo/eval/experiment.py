@@ -77,8 +77,9 @@ class Block:
 class Experiment:
     """A side-by-side experiment: ``measure`` of every configuration on every case, rendered as ``blocks``.
 
-    ``cases(args)`` yields dicts whose ``key`` fields name a case; a record is the case, the
-    configuration under ``config_field``, and what ``measure(context, case, config)`` returned.
+    ``cases(args)`` yields dicts whose fields name a case (a record whose fields agree has measured it);
+    a record is the case, the configuration under ``config_field``, and what ``measure(context, case,
+    config)`` returned.
     ``setup(args)`` makes the context once per run (a loaded model, say); ``configs(args)`` names the
     configurations, and ``applies(case, config)`` says which of them a case is measured in (a part that
     only some runtimes have, say). Each block's table gets every record and ``run.json``;
@@ -94,16 +95,12 @@ class Experiment:
     setup: Callable[[argparse.Namespace], Any] = lambda args: args
     options: tuple[Option, ...] = ()
     artifacts: Callable[[list[Record], dict[str, Any], Path], None] | None = None
-    key: tuple[str, ...] = ("case",)
     config_field: str = "config"
     about: str = ""
 
     @property
     def out(self) -> Path:
         return RESULTS / self.name
-
-    def record_key(self, record: Record) -> tuple[Any, ...]:
-        return (*(record.get(k) for k in self.key), record.get(self.config_field))
 
 
 def rotated(items: Sequence[str], shift: int) -> Iterable[str]:
@@ -168,17 +165,26 @@ def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
     return {block.name: block.table(records, run) for block in experiment.blocks}
 
 
+def identity(record: Record, fields: Iterable[str]) -> str:
+    """The values of ``fields`` in ``record`` (None where it has none), as JSON: a case's name.
+
+    >>> identity({"n": 1, "value": 2, "config": "a"}, ["n"]) == identity({"n": 1}, ["n"])
+    True
+    """
+    return json.dumps([record.get(k) for k in fields])
+
+
 def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> int:
     """Measure every (case, configuration) without a record; the number measured."""
-    path = out / RECORDS
-    done = {experiment.record_key(r) for r in read_records(path)}
-    cases = list(experiment.cases(args))
-    configs = list(experiment.configs(args))
+    path, field = out / RECORDS, experiment.config_field
+    cases, configs = list(experiment.cases(args)), list(experiment.configs(args))
+    names = {tuple(sorted(case)) for case in cases}  # the field names cases have
+    done = {(identity(r, fields), r.get(field)) for r in read_records(path) for fields in names}
     todo = [
         (case, config)
         for i, case in enumerate(cases)
         for config in rotated(configs, i)
-        if experiment.applies(case, config) and (*(case.get(k) for k in experiment.key), config) not in done
+        if experiment.applies(case, config) and (identity(case, sorted(case)), config) not in done
     ]
     if not todo:
         return 0
@@ -188,7 +194,7 @@ def measure_all(experiment: Experiment, args: argparse.Namespace, out: Path) -> 
         record = {**case, experiment.config_field: config, **experiment.measure(context, case, config)}
         record["measured_at"] = now()
         append_records(path, [record])
-        name = " ".join(str(case.get(k)) for k in experiment.key)
+        name = " ".join(str(v) for v in case.values())[:80]
         print(f"[{n}/{len(todo)}] {name} {config}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     return len(todo)
 
