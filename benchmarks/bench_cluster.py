@@ -96,7 +96,6 @@ def cases(args) -> list[dict]:
 EXPERIMENT = Experiment(
     name="cluster",
     blocks=(Block("docs/scale-out.md", "cluster-benchmark", table, title="Scale-out: Dask for batch work"),),
-    about=__doc__,
     cases=cases,
     measure=measure,
     options=(

@@ -103,7 +103,6 @@ def table(rows: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="execution",
     blocks=(Block("docs/execution.md", "execution-benchmark", table),),
-    about=__doc__,
     cases=cases,
     configs=lambda args: [args.model],
     config_field="model",

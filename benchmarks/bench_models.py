@@ -197,7 +197,6 @@ EXPERIMENT = Experiment(
         Block("docs/models.md", "bench-models", table, title="Local models"),
         Block("docs/models.md", "default-model", default_table),
     ),
-    about=__doc__,
     cases=cases,
     configs=lambda args: args.models,
     config_field="model",

@@ -91,7 +91,6 @@ def experiment(name: str, block: str, modes: dict, table, limit: int) -> Experim
     return Experiment(
         name=name,
         blocks=(Block("docs/ir.md", block, table),),
-        about=__doc__,
         cases=questions,
         configs=lambda args: list(modes),
         config_field="mode",

@@ -78,7 +78,6 @@ def table(rows: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="planning",
     blocks=(Block("docs/optimizer.md", "planning-benchmark", table, title="The optimizer"),),
-    about=__doc__,
     cases=lambda args: [{"shape": s, "atoms": n} for s in SHAPES for n in args.sizes],
     configs=lambda args: ["structural"],
     config_field="cost_model",

@@ -206,7 +206,6 @@ EXPERIMENT = Experiment(
         Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval"),
         Block("docs/scale-out.md", "ann-benchmark", ann_table, title="Scale-out: Dask for batch work"),
     ),
-    about=__doc__,
     cases=lambda args: [
         *({"part": "recall", "dataset": name} for name in args.datasets if args.part in ("recall", "all")),
         *({"part": "ann", "size": n} for n in args.sizes if args.part in ("ann", "all")),

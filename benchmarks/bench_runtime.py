@@ -330,7 +330,6 @@ def table(records: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="runtime",
     blocks=(Block("docs/models.md", "bench-runtime", table), Block("docs/models.md", "bench-quantize", quantize_table)),
-    about=__doc__,
     cases=cases,
     configs=lambda args: args.runtimes.split(","),
     config_field="runtime",

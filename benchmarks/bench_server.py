@@ -214,7 +214,6 @@ EXPERIMENT = Experiment(
         Block("docs/backends.md", "server-benchmark", table),
         Block("docs/serving.md", "batching-ceiling", ceiling_table),
     ),
-    about=__doc__,
     cases=lambda args: [{"part": p} for p in ("ask", "wave", "ceiling") if args.part in (p, "all")],
     configs=lambda args: (
         [IN_PROCESS] * args.in_process + [f"llama-server, {n} slot{'s' * (n > 1)}" for n in args.slots]

@@ -119,7 +119,6 @@ def table(records: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="serve",
     blocks=(Block("docs/serving.md", "load-test", table),),
-    about=__doc__,
     cases=lambda args: [{"clients": n} for n in (0, *args.levels)],
     configs=lambda args: args.models,
     config_field="model",

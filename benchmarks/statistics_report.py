@@ -109,7 +109,6 @@ def table(records: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="statistics-report",
     blocks=(Block("docs/benchmarks.md", "statistics-report", table),),
-    about=__doc__,
     cases=lambda args: [{"set": name} for name in SETS],
     configs=lambda args: ["statistics"],
     config_field="auto",

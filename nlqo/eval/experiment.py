@@ -97,6 +97,7 @@ class Experiment:
     artifacts: Callable[[list[Record], dict[str, Any], Path], None] | None = None
     config_field: str = "config"
     about: str = ""
+    """The ``--help`` text (default: the docstring of the script run)."""
 
     @property
     def out(self) -> Path:
@@ -204,7 +205,9 @@ def parser(experiment: Experiment) -> argparse.ArgumentParser:
     tables = ", ".join(f"{block.doc} ({block.name})" for block in experiment.blocks)
     where = f"Records: {experiment.out / RECORDS}, {RUN} beside them. Tables: {tables}."
     p = argparse.ArgumentParser(
-        description=experiment.about, epilog=where, formatter_class=argparse.RawDescriptionHelpFormatter
+        description=experiment.about or sys.modules["__main__"].__doc__,
+        epilog=where,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for option in experiment.options:
         p.add_argument(*option.flags, **option.kwargs)
