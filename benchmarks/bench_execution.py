@@ -6,18 +6,16 @@ taus' hop counts read off its terminator scores (`hops_at`). Parallel vs one-at-
 """
 
 import statistics as st
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
-from nlqo.embed import SentenceEmbedder
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
 from nlqo.eval.metrics import exact_match
+from nlqo.eval.workspace import open_index
 from nlqo.execute.linear import LinearExecutor
 from nlqo.execute.terminator import hops_at
-from nlqo.index import Index, build_index
 from nlqo.models import load_transformers
 
 TAUS = (0.8, 0.85, 0.9)
@@ -32,9 +30,8 @@ def cases(args) -> list[dict]:
 
 def setup(args) -> dict:
     """One executor per variant, kept for the run (as `nlqo ask` keeps its scaffold prefilled once)."""
-    if not (args.index / "manifest.json").exists():
-        build_index(args.corpus, args.index, SentenceEmbedder.load())
-    index, questions = Index.open(args.index), {q.id: q for q in QuestionSet.load(args.questions).questions}
+    index = open_index(args.out, corpus=str(args.corpus))[0]  # OUT/index, reused while the corpus is the same
+    questions = {q.id: q for q in QuestionSet.load(args.questions).questions}
     linear = dict(llm=load_transformers(args.model, quantize=args.quantize), retriever=index.retriever("hybrid"), embedder=index.embedder)  # fmt: skip
     executors = {"kv_on": LinearExecutor(**linear), "kv_off": LinearExecutor(**linear, kv_reuse=False), "tau": LinearExecutor(**linear, tau=max(TAUS))}  # fmt: skip
     return {**executors, "questions": questions, "runs": {}}
@@ -113,7 +110,6 @@ EXPERIMENT = Experiment(
         Option.of("--quantize", choices=("none", "int8"), default="none", help="the local model's linear layers"),
         Option.of("--questions", type=Path, default=DATA / "hotpotqa_dev_199.jsonl.gz"),
         Option.of("--corpus", type=Path, default=DATA / "hotpotqa_dev_199_corpus.jsonl.gz"),
-        Option.of("--index", type=Path, default=Path(tempfile.gettempdir()) / "nlqo-bench-hotpot-index"),
         Option.of("--limit", type=int, default=30, help="questions for the KV comparison"),
         Option.of("--tau-limit", type=int, default=10, help="questions for the tau comparison"),
     ),

@@ -15,7 +15,6 @@
 import gc
 import os
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -46,10 +45,10 @@ def question_suffix(llm, question: str) -> str:
 
 
 def setup(args) -> dict:
-    """Torch's threads; for the default part, the demo corpus's index (built in a temporary folder)."""
+    """Torch's threads; for the default part, the demo corpus's index (in OUT/index, reused)."""
     torch_threads(args)
-    work, demo = Path(tempfile.mkdtemp(prefix="nlqo-demo-")), str(REPO / "examples" / "demo_corpus.jsonl")
-    index = open_index(work, corpus=demo, progress=False)[0] if args.part != "costs" else None
+    demo = str(REPO / "examples" / "demo_corpus.jsonl")
+    index = open_index(args.out, corpus=demo, progress=False)[0] if args.part != "costs" else None
     return {"args": args, "index": index, "model": None, "llm": None}
 
 

@@ -38,10 +38,6 @@ FILLER = (
 QUESTION = "Which river flows through the capital of the country that hosted the 1992 Summer Olympics?"
 
 
-def own(llm):
-    return llm.fork() if hasattr(llm, "fork") else llm
-
-
 def speed(llm, *, prefill_tokens: int = 400, decode_tokens: int = 48, repeats: int = 3) -> dict:
     """Prefill and decode rates from uncached calls: a long prompt with one generated token, and
     a short prompt with ``decode_tokens`` (prefill time of the short prompt subtracted)."""
@@ -61,9 +57,7 @@ def first_token_after_warm_scaffold(llm, *, repeats: int = 3) -> dict:
     """Seconds to the first token of a question on the linear template's restored scaffold."""
     from nlqo.prompts.execution import LINEAR
 
-    if not hasattr(llm, "session"):
-        return {}
-    llm = own(llm)
+    llm = llm.fork()
     warm = llm.session(LINEAR.scaffold)
     warm.append(LINEAR.opening("Who wrote the novel on which the film Psycho was based?"))
     warm.generate(max_tokens=1)  # computes and saves the scaffold
@@ -79,7 +73,7 @@ def first_token_after_warm_scaffold(llm, *, repeats: int = 3) -> dict:
 
 def batched(llm, n: int, *, tokens: int = 32) -> float:
     """Total decode throughput with ``n`` requests sent at once (generated tokens per second)."""
-    jobs = [(own(llm), f"Write a list of cities in country number {i + 1}:") for i in range(n)]
+    jobs = [(llm.fork(), f"Write a list of cities in country number {i + 1}:") for i in range(n)]
     started = time.perf_counter()
     with ThreadPoolExecutor(max_workers=n) as pool:
         usages = list(pool.map(lambda job: job[0].complete(job[1], max_tokens=tokens, stop=()).usage, jobs))
@@ -216,7 +210,7 @@ def measure(args, case: dict, label: str) -> dict:
 
     if (label, case["strategy"]) not in args.strategies_by_runtime:
         index = args.index
-        run = build_strategy(case["strategy"], own(llm), index.retriever("hybrid"), embedder=index.embedder, k=3)
+        run = build_strategy(case["strategy"], llm.fork(), index.retriever("hybrid"), embedder=index.embedder, k=3)
         args.strategies_by_runtime[label, case["strategy"]] = run
     strategy = args.strategies_by_runtime[label, case["strategy"]]
     return run_record(strategy, args.by_id[case["qid"]], case["index"], case["strategy"])

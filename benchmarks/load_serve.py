@@ -10,7 +10,6 @@ import atexit
 import concurrent.futures
 import http.client
 import json
-import math
 import re
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import Block, Experiment, Option, load, main
+from nlqo.serve.stats import percentile
 
 NLQO = [sys.executable, "-m", "nlqo"]
 
@@ -82,8 +82,7 @@ def measure(load: Load, case: dict, model: str) -> dict:
     with concurrent.futures.ThreadPoolExecutor(max(1, case["clients"])) as pool:
         results = list(pool.map(timed, load.questions))
     wall, n = time.monotonic() - started, len(results)
-    ordered = sorted(r[3] for r in results)
-    ranks = {f"p{q}_s": round(ordered[max(1, math.ceil(n * q / 100)) - 1], 3) for q in (50, 95, 99)}
+    ranks = {f"p{q}_s": round(percentile([r[3] for r in results], q), 3) for q in (50, 95, 99)}
     answered = [qid for qid, _, error, _ in results if error is None]
     row = {"requests": n, "errors": n - len(answered), "wall_seconds": round(wall, 2)}
     row |= {"throughput_per_s": round(n / wall, 4), **ranks}
