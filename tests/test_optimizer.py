@@ -1,5 +1,7 @@
 """The optimizer against the brute-force oracle, its invariants, pins, limits and fallbacks."""
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -261,3 +263,117 @@ def test_context_merge_rejection_replans_without_the_edge():
     p = Optimizer(cost_model=deep, llm=llm, context_merge=True, max_merge_rounds=5).optimize(q)
     assert p.stats.merge_rejections >= 1
     assert all(par == ROOT for _, par in p.tree.parent)
+
+
+class Recording:
+    """A backend that applies grammars and keeps a prefix cache; ``reply(prompt)`` answers, every call is kept."""
+
+    name = "recording"
+
+    def __init__(self, reply, *, constraint="tokens"):
+        from nlqo.llm.base import Capabilities
+
+        self.reply = reply
+        self.capabilities = Capabilities(constraint=constraint, prefix_cache=True)
+        self.calls: list[dict] = []
+
+    def chat(self, messages, *, stop=(), max_tokens=256, **options):
+        from nlqo.llm.base import Completion, Usage
+
+        prompt = messages[-1].content
+        self.calls.append({"prompt": prompt, "stop": stop, "max_tokens": max_tokens, **options})
+        return Completion(self.reply(prompt), Usage(prompt_tokens=len(prompt.split()), generated_tokens=1, calls=1))
+
+    def merge_calls(self) -> list[dict]:
+        return [c for c in self.calls if c["prompt"].endswith("Sensible?")]
+
+
+# e and p share ?a at depth 0 and are siblings; f may hang under p (the LLM says so); g and h hang
+# under f by the triples (g before f in query order, h after it), g and h are siblings.
+MERGES = 'e = (?a, "t", "w")\ng = (?c, "u", "v")\nf = (?a, "q", ?c)\nh = (?c, "k", "m")\np = (?a, "p", "x")\nanswer ?a'
+
+
+def _yes_no():
+    from nlqo.llm.constrain import choice
+
+    return choice(("yes", "no"), name="yes-no")
+
+
+def _judge(merge_reply):
+    return lambda prompt: (
+        merge_reply if prompt.endswith("Sensible?") else "child" if "A: ?a q ?c\nB: ?a p x" in prompt else "sibling"
+    )
+
+
+@pytest.mark.parametrize("question", ['question "Which a?"\n', ""])
+def test_a_merge_check_asks_about_each_llm_decided_edge_once_with_the_whole_plan(tmp_path, question):
+    """Edges under the question and edges the triples decide (in either orientation) are not checked,
+    and the walk goes on past them; the verdict is cached under the plan and the edge."""
+    from nlqo.prompts import planning
+
+    deep = CostModel.parse("cost = -depth")
+    llm = Recording(_judge("yes"))
+    cache = RelationCache.open(tmp_path / "rel.json")
+    p = Optimizer(cost_model=deep, llm=llm, cache=cache, context_merge=True, constrained=True).optimize(
+        parse(question + MERGES)
+    )
+    assert dict(p.tree.parent) == {"e": ROOT, "g": "f", "f": "p", "h": "f", "p": ROOT}
+    assert (p.stats.merge_checks, p.stats.merge_rejections, p.warnings) == (1, 0, ())
+    assert p.stats.llm_calls == 5 and p.stats.llm_usage.calls == 5
+    root = "Which a?" if question else "the question"
+    plan_text = f"{root}\n  ?a t w\n  ?a p x\n    ?a q ?c\n      ?c u v\n      ?c k m"
+    (call,) = llm.merge_calls()
+    assert call == {
+        "prompt": f"Question: {root if question else ''}\nPlan so far:\n{plan_text}\nAttach: ?a q ?c\nUnder: ?a p x\nSensible?",
+        "stop": ("\n",),
+        "max_tokens": 3,
+        "constraint": _yes_no(),
+    }
+    assert planning.MERGE.stop == ("\n",) and planning.MERGE.max_tokens == 3
+    saved = json.loads((tmp_path / "rel.json").read_text())
+    assert saved[f"merge\t{plan_text}\tp\tf"] == "yes"
+    assert sorted(k for k in saved if k.startswith("merge")) == [f"merge\t{plan_text}\tp\tf"]
+    warm_llm = Recording(_judge("no"))
+    warm = Optimizer(
+        cost_model=deep, llm=warm_llm, cache=RelationCache.open(tmp_path / "rel.json"), context_merge=True
+    ).optimize(parse(question + MERGES))
+    assert warm.tree == p.tree and warm_llm.calls == []
+    assert (warm.stats.merge_checks, warm.stats.llm_calls, warm.stats.cache_hits) == (0, 0, 4)
+
+
+@pytest.mark.parametrize(
+    "constrained, constraint, expected", [(True, "tokens", True), (False, "tokens", False), (True, None, False)]
+)
+def test_a_merge_check_is_constrained_to_yes_or_no_only_when_asked_and_the_backend_can(
+    constrained, constraint, expected
+):
+    llm = Recording(_judge("yes"), constraint=constraint)
+    Optimizer(
+        cost_model=CostModel.parse("cost = -depth"), llm=llm, context_merge=True, constrained=constrained
+    ).optimize(parse(MERGES))
+    (call,) = llm.merge_calls()
+    assert call.get("constraint") == (_yes_no() if expected else None)
+    assert "prefix_cache" not in call  # the plan in the prompt changes every time: no prefix worth keeping
+    assert all(c.get("prefix_cache") is True for c in llm.calls if c is not call)
+
+
+@pytest.mark.parametrize(
+    "reply, rejected", [("  No.", True), ("NO", True), ("yes", False), ("Yes, no doubt", False), ("nope", True)]
+)
+def test_a_merge_reply_starting_with_no_rejects_the_edge_and_the_plan_is_made_again_without_it(
+    tmp_path, reply, rejected
+):
+    deep = CostModel.parse("cost = -depth")
+    cache = RelationCache.open(tmp_path / "rel.json")
+    llm = Recording(_judge(reply), constraint=None)
+    p = Optimizer(cost_model=deep, llm=llm, cache=cache, context_merge=True).optimize(parse(MERGES))
+    verdicts = {tuple(k.split("\t")[-2:]): v for k, v in cache.entries.items() if k.startswith("merge\t")}
+    if rejected:
+        assert dict(p.tree.parent) == {"e": ROOT, "g": "f", "f": ROOT, "h": "f", "p": ROOT}
+        assert p.warnings == ("merge check rejected f under p: re-planned without that edge",)
+        assert (p.stats.merge_checks, p.stats.merge_rejections) == (1, 1)
+        assert verdicts == {("p", "f"): "no"}
+    else:
+        assert dict(p.tree.parent)["f"] == "p" and p.warnings == ()
+        assert (p.stats.merge_checks, p.stats.merge_rejections) == (1, 0)
+        assert verdicts == {("p", "f"): "yes"}
