@@ -144,7 +144,9 @@ def measure(context: dict, case: dict, model: str) -> dict:
 def cases(args) -> list[dict]:
     demo = QuestionSet.load(REPO / "examples" / "demo_questions.jsonl", limit=args.limit).questions
     out = [{"part": "costs"}] if args.part in ("costs", "all") else []
-    return out + [{"part": "default", "question": q.id, "text": q.question, "gold": list(q.answers)} for q in demo if args.part in ("default", "all")]  # fmt: skip
+    if args.part in ("default", "all"):
+        out += [{"part": "default", "question": q.id, "text": q.question, "gold": list(q.answers)} for q in demo]
+    return out
 
 
 def table(records: list[dict], run: dict) -> str:

@@ -89,8 +89,9 @@ def ann(context: dict, size: int, kind: str) -> dict:
     import faiss
 
     questions, _, flat_index = flat(context, "hotpotqa_dev_199")
-    real, before, threads = flat_index.dense.reconstruct_n(0, len(flat_index)), load_average(), faiss.omp_get_max_threads()  # fmt: skip
+    real = flat_index.dense.reconstruct_n(0, len(flat_index))
     queries = context["embedder"].encode([q.question for q in questions], kind="query", progress=False)
+    before, threads = load_average(), faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)
     vectors = real if size == 0 else synthetic(real, size)
     _, exact = build_dense(vectors, DenseParams().resolved(len(vectors))).search(queries, K)
@@ -107,8 +108,9 @@ def ann(context: dict, size: int, kind: str) -> dict:
         recall = round(float(np.mean([len(set(f) & set(e)) / K for f, e in zip(found, exact)])), 4)
         rows.append({"setting": setting, "default": default, "recall_at_10": recall, "query_ms": query_ms, "build_s": build_s, "size_mb": size_mb})  # fmt: skip
     faiss.omp_set_num_threads(threads)
-    source, load = f"{flat_index.manifest.source} ({flat_index.manifest.embedder})", [before, load_average()]
-    return {"vectors": len(vectors), "synthetic": size != 0, "source": source, "queries": len(queries), "rows": rows, "load_before": load[0], "load_after": load[1]}  # fmt: skip
+    load = {"load_before": before, "load_after": load_average()}
+    source = f"{flat_index.manifest.source} ({flat_index.manifest.embedder})"
+    return {"vectors": len(vectors), "synthetic": size != 0, "source": source, "queries": len(queries), "rows": rows, **load}  # fmt: skip
 
 
 def measure(context: dict, case: dict, mode: str) -> dict:
