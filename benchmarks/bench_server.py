@@ -16,16 +16,13 @@ import contextlib
 import json
 import os
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import time
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, load_average, main, run_nlqo
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, free_port, load_average, main, run_nlqo, serving
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -52,29 +49,11 @@ def serve(args, backend: str):
     if (slots := slots_of(backend)) is None:
         yield args.model
         return
-    with socket.socket() as s:  # a free loopback port
-        s.bind(("127.0.0.1", 0))
-        port, log = s.getsockname()[1], WORK / f"server-{slots}.log"
+    port, log = free_port(), WORK / f"server-{slots}.log"
     cmd = ["sh", str(REPO / "scripts" / "serve-llama.sh"), "--slots", str(slots), "--threads", str(args.threads)]
-    with open(log, "w") as out:
-        process = subprocess.Popen([*cmd, "--port", str(port), args.model], env={**os.environ, "PYTHON": sys.executable}, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
-    try:
-        while not up(f"http://127.0.0.1:{port}/health"):  # llama-server: 200 once the model is loaded
-            if process.poll() is not None:
-                raise SystemExit(f"the server did not start: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
+    health = f"http://127.0.0.1:{port}/health"  # llama-server: 200 once the model is loaded
+    with serving([*cmd, "--port", str(port), args.model], health, log, env={"PYTHON": sys.executable}):
         yield f"openai:{args.model}@http://127.0.0.1:{port}/v1"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def up(url: str) -> bool:
-    try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=2) as response:
-            return response.status == 200
-    except OSError:
-        return False
 
 
 def nlqo(*args: str) -> dict:

@@ -8,18 +8,17 @@ questions sent by that many client threads, each once, every answer compared wit
 
 import atexit
 import concurrent.futures
+import contextlib
 import http.client
 import json
-import re
-import signal
 import subprocess
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
 
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import Block, Experiment, Option, load, main
+from nlqo.eval.experiment import Block, Experiment, Option, free_port, load, main, serving
 from nlqo.serve.stats import percentile
 
 NLQO = [sys.executable, "-m", "nlqo"]
@@ -32,22 +31,18 @@ class Load:
         rows = QuestionSet.load(args.questions, limit=args.limit).questions
         self.args, self.questions = args, [{"id": q.id, "question": q.question} for q in rows]
         self.answers = {r["model"]: r.get("answers") for r in load(args.out)[0] if r["clients"] == 0}
-        self.servers: dict[str, tuple[subprocess.Popen, tuple[str, int]]] = {}
+        self.servers: dict[str, tuple[str, int]] = {}
+        self.running = contextlib.ExitStack()
+        atexit.register(self.running.close)
 
     def server(self, model: str) -> tuple[str, int]:
         if model not in self.servers:
-            a = self.args
-            cmd = [*NLQO, "serve", "--index", str(a.index), "--model", model, "--port", "0", "--queue", "64"]
-            process = subprocess.Popen([*cmd, "--timeout", str(a.timeout)], stderr=subprocess.PIPE, text=True)
-            for line in process.stderr:
-                if match := re.search(r"serving on http://([\d.]+):(\d+)", line):
-                    break
-            else:
-                raise RuntimeError(f"nlqo serve did not start (exit {process.wait()})")
-            threading.Thread(target=process.stderr.read, daemon=True).start()  # keep the pipe from filling
-            atexit.register(lambda: (process.send_signal(signal.SIGTERM), process.wait(60)))
-            self.servers[model] = process, (match.group(1), int(match.group(2)))
-        return self.servers[model][1]
+            a, port = self.args, free_port()
+            cmd = [*NLQO, "serve", "--index", str(a.index), "--model", model, "--port", str(port), "--queue", "64"]
+            health, log = f"http://127.0.0.1:{port}/v1/health", Path(tempfile.gettempdir()) / f"nlqo-serve-{model}.log"
+            self.running.enter_context(serving([*cmd, "--timeout", str(a.timeout)], health, log))
+            self.servers[model] = "127.0.0.1", port
+        return self.servers[model]
 
 
 def ask(load: Load, model: str, q: dict) -> tuple[str | None, str | None]:

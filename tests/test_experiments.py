@@ -127,6 +127,18 @@ def test_run_nlqo_returns_the_output_and_stops_the_experiment_on_a_failure(tmp_p
         ex.run_nlqo("no-such-command")
 
 
+def test_serving_runs_a_server_while_the_block_runs_and_reports_one_that_does_not_start(tmp_path):
+    port = ex.free_port()
+    url = f"http://127.0.0.1:{port}/"
+    command = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(tmp_path)]
+    with ex.serving(command, url, tmp_path / "server.log"):
+        assert ex.answers(url)
+    assert not ex.answers(url)
+    with pytest.raises(SystemExit, match="did not start: gone"):
+        with ex.serving([sys.executable, "-c", "print('gone')"], url, tmp_path / "failed.log"):
+            pytest.fail("a server that exited was taken as running")
+
+
 def test_torch_threads_sets_the_count_only_when_given(monkeypatch):
     calls: list = []
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(set_num_threads=calls.append))

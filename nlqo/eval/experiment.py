@@ -22,15 +22,18 @@ quote. :func:`main` does the rest for all of them:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
@@ -158,6 +161,39 @@ def run_nlqo(*args: str, wait_for: Path | None = None) -> tuple[str, float, floa
     if process.returncode != 0:
         raise SystemExit(f"nlqo {' '.join(args)} failed ({process.returncode}):\n{err[-3000:]}")
     return out, round(time.perf_counter() - started, 2), appeared
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for a server the experiment starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 (directly, not through a proxy)."""
+    try:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(url, timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@contextlib.contextmanager
+def serving(command: Sequence[str], health: str, log: Path, env: Mapping[str, str] = {}) -> Iterator[None]:
+    """Run the server ``command`` (its output to ``log``, ``env`` added) until the ``with`` ends, once
+    ``health`` answers 200; a server that exits first ends the experiment with the end of its log."""
+    with open(log, "w") as out:
+        process = subprocess.Popen([*command], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        while not answers(health):
+            if process.poll() is not None:
+                raise SystemExit(f"{command[0]} did not start: {log.read_text()[-2000:]}")
+            time.sleep(0.5)
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
 
 
 def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
