@@ -377,3 +377,63 @@ def test_a_merge_reply_starting_with_no_rejects_the_edge_and_the_plan_is_made_ag
         assert dict(p.tree.parent)["f"] == "p" and p.warnings == ()
         assert (p.stats.merge_checks, p.stats.merge_rejections) == (1, 0)
         assert verdicts == {("p", "f"): "yes"}
+
+
+@pytest.mark.parametrize(
+    "pins, lines, message, located",
+    [
+        (
+            [("q1", "parent", "q2"), ("q2", "parent", "q1")],
+            [7, None],  # the second pin came from a rewrite rule, not the file
+            "x.nlqo:7: contradictory pins on line 7: parent pins make a cycle q1 -> q2 -> q1 (a plan is a tree; drop or turn one of them)",
+            (7,),
+        ),
+        (
+            [("q1", "parent", "q2"), ("q2", "parent", "q1")],
+            None,
+            "x.nlqo: contradictory pins: parent pins make a cycle q1 -> q2 -> q1 (a plan is a tree; drop or turn one of them)",
+            (),
+        ),
+        (
+            [("q1", "parent", "q3"), ("q2", "parent", "q3")],
+            [4, 2],
+            "x.nlqo:2: contradictory pins on lines 2 and 4: q3 is pinned under both q1 and q2 (a plan is a tree: an atom has one parent)",
+            (2, 4),
+        ),
+        (  # a0 hangs into the cycle without being part of it
+            [("q3", "parent", "q1"), ("q1", "parent", "a0"), ("q1", "parent", "q2"), ("q2", "parent", "q3")],
+            [9, 3, 5, 3],
+            "x.nlqo:3: contradictory pins on lines 3, 5 and 9: parent pins make a cycle q1 -> q2 -> q3 -> q1 (a plan is a tree; drop or turn one of them)",
+            (3, 5, 9),
+        ),
+        (
+            [("q2", "sibling", "q1"), ("q1", "none", "q2")],
+            [8, 8],
+            "x.nlqo:8: contradictory pins on line 8: q1 sibling q2 and q1 none q2 cannot both hold",
+            (8,),
+        ),
+        (
+            [("q2", "parent", "q1"), ("q1", "sibling", "q2")],
+            [12, 10],
+            "x.nlqo:10: contradictory pins on lines 10 and 12: q2 parent q1 and q1 sibling q2 cannot both hold",
+            (10, 12),
+        ),
+    ],
+)
+def test_check_pins_names_the_lines_it_knows_and_orients_the_pair(pins, lines, message, located):
+    from nlqo.ir import Relation
+    from nlqo.pins import check_pins
+
+    with pytest.raises(IRSemanticError) as info:
+        check_pins([Relation(*p) for p in pins], lines=lines, source="x.nlqo")
+    assert str(info.value) == message
+    assert info.value.lines == located and info.value.line == (located[0] if located else None)
+
+
+def test_pins_said_twice_or_from_either_side_agree():
+    from nlqo.ir import Relation
+    from nlqo.pins import check_pins
+
+    pins = [("q1", "parent", "q2"), ("q1", "parent", "q2"), ("q2", "sibling", "q3"), ("q3", "sibling", "q2"),
+            ("q1", "none", "q4"), ("q4", "none", "q1"), ("q2", "parent", "q5"), ("q5", "parent", "q6")]  # fmt: skip
+    assert check_pins([Relation(*p) for p in pins], lines=[1, 2, 3, 4, 5, 6, 7, 8]) is None
