@@ -18,14 +18,18 @@ import statistics
 import time
 from pathlib import Path
 
+from nlqo.config import EngineConfig
 from nlqo.errors import ModelNotAvailable, ParseFailure
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import REPO, THREADS, Block, Experiment, Option, main, torch_threads
+from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
+from nlqo.execute.engine import Engine
 from nlqo.llm.base import ChatMessage
 from nlqo.models import BUNDLED, bundled_dir, load_transformers, resolve_model
 from nlqo.models.convert import is_converted, read_marker
 from nlqo.models.parts import locate
+from nlqo.parser import parse_question
 from nlqo.prompts.planning import PARSE
 
 DECODE_PROMPT = "Write a detailed paragraph about the history of the city of Paris."
@@ -117,11 +121,6 @@ def costs(args, name: str) -> dict:
 
 def default(context: dict, case: dict, model: str) -> dict:
     """The linear template on one demo question, and a parse of it, by ``model`` (kept loaded between cases)."""
-    from nlqo.config import EngineConfig
-    from nlqo.eval.metrics import exact_match
-    from nlqo.execute.engine import Engine
-    from nlqo.parser import parse_question
-
     if context["model"] != model:
         context.update(model=None, llm=None)
         context.update(model=model, llm=load_transformers(model))

@@ -26,8 +26,16 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
+from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
-from nlqo.llm.llamacpp import default_threads
+from nlqo.eval.metrics import bootstrap_diff
+from nlqo.eval.runner import run_record
+from nlqo.eval.workspace import open_index
+from nlqo.llm.base import ChatMessage
+from nlqo.llm.llamacpp import _init_backend, default_threads
+from nlqo.models import load_local
+from nlqo.prompts.execution import LINEAR
+from nlqo.strategies import build_strategy
 
 RUNTIMES = {"float32": ("transformers", "none"), "int8": ("transformers", "int8"), "llama-cpp": ("llama-cpp", "none")}
 REFERENCE = "float32"
@@ -55,8 +63,6 @@ def speed(llm, *, prefill_tokens: int = 400, decode_tokens: int = 48, repeats: i
 
 def first_token_after_warm_scaffold(llm, *, repeats: int = 3) -> dict:
     """Seconds to the first token of a question on the linear template's restored scaffold."""
-    from nlqo.prompts.execution import LINEAR
-
     llm = llm.fork()
     warm = llm.session(LINEAR.scaffold)
     warm.append(LINEAR.opening("Who wrote the novel on which the film Psycho was based?"))
@@ -85,8 +91,6 @@ def bare_decode(path: Path, threads: int, *, tokens: int = 48, seqs: int = 1) ->
     one token each per call (no bookkeeping): the ceiling of any backend on this machine."""
     import llama_cpp as ll
     import numpy as np
-
-    from nlqo.llm.llamacpp import _init_backend
 
     _init_backend(ll)
     model = ll.llama_model_load_from_file(str(path).encode(), ll.llama_model_default_params())
@@ -137,8 +141,6 @@ def quantized(llm, model: str, prefill: int = 500, decode: int = 16) -> dict:
     single-token steps; its greedy chat answer, and whether it survives a prefill in two pieces."""
     import torch
 
-    from nlqo.llm.base import ChatMessage
-
     filler = llm.encode(FILLER * 200)[:prefill]
     with torch.inference_mode():
         llm._forward(llm._new_cache(), filler[:32])  # warm-up
@@ -161,15 +163,11 @@ def quantized(llm, model: str, prefill: int = 500, decode: int = 16) -> dict:
 
 @functools.cache
 def loaded(label: str, model: str, threads: int):
-    from nlqo.models import load_local
-
     runtime, quantize = RUNTIMES[label]
     return load_local(model, runtime=runtime, quantize=quantize, threads=threads, progress=True)
 
 
 def cases(args) -> list[dict]:
-    from nlqo.eval.datasets import QuestionSet
-
     out = [{"part": p} for p in ("speed", "quantize") if args.part in ("all", p)]
     if args.part in ("all", "qa"):
         questions = QuestionSet.load(args.questions, limit=args.limit).questions
@@ -179,9 +177,6 @@ def cases(args) -> list[dict]:
 
 def setup(args):
     import torch
-
-    from nlqo.eval.datasets import QuestionSet
-    from nlqo.eval.workspace import open_index
 
     torch.set_num_threads(args.threads)
     args.by_id = {q.id: q for q in QuestionSet.load(args.questions, limit=args.limit).questions}
@@ -205,9 +200,6 @@ def measure(args, case: dict, label: str) -> dict:
         return row
     if case["part"] == "quantize":
         return quantized(llm, args.model)
-    from nlqo.eval.runner import run_record
-    from nlqo.strategies import build_strategy
-
     if (label, case["strategy"]) not in args.strategies_by_runtime:
         index = args.index
         run = build_strategy(case["strategy"], llm.fork(), index.retriever("hybrid"), embedder=index.embedder, k=3)
@@ -254,8 +246,6 @@ def speed_table(rows: list[dict], run: dict) -> list[str]:
 
 
 def qa_table(records: list[dict], rates: dict, run: dict) -> list[str]:
-    from nlqo.eval.metrics import bootstrap_diff
-
     lines = [
         "",
         f"Questions (first HotpotQA dev questions, hybrid retrieval, k=3, {run['threads']} threads, runtimes interleaved per question; "

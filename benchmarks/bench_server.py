@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from nlqo.eval.experiment import REPO, Block, Experiment, Option, free_port, load_average, main, run_nlqo, serving
+from nlqo.llm.openai_compat import OpenAICompatLLM
+from nlqo.models import load_local
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -136,9 +138,6 @@ def ceiling(llm, model: str, n: int = 4, tokens: int = 32) -> dict:
 
 
 def measure(args, case: dict, backend: str) -> dict:
-    from nlqo.llm.openai_compat import OpenAICompatLLM
-    from nlqo.models import load_local
-
     with serve(args, backend) as model:
         if case["part"] == "ask":
             out = ask(args, model)
