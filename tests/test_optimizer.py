@@ -254,15 +254,49 @@ def test_more_atoms_than_the_limit_is_a_clear_error():
         Optimizer(cost_model=STRUCTURAL).optimize(star(1001))
 
 
-def test_context_merge_rejection_replans_without_the_edge():
+THREE_ALIKE = 'question "Q?"\nq1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nq3 = (?a, "s", "z")\nanswer ?a'
+
+
+@pytest.mark.parametrize("rounds", [3, 5])
+def test_context_merge_rejection_replans_without_the_edge(rounds):
     from nlqo.llm import ScriptedLLM
 
-    q = parse('question "Q?"\nq1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nq3 = (?a, "s", "z")\nanswer ?a')
     llm = ScriptedLLM([("Relation of A", "parent"), ("Sensible", "no")])
     deep = CostModel.parse("cost = -depth")  # prefers the chain the merge check will refuse
-    p = Optimizer(cost_model=deep, llm=llm, context_merge=True, max_merge_rounds=5).optimize(q)
-    assert p.stats.merge_rejections >= 1
+    p = Optimizer(cost_model=deep, llm=llm, context_merge=True, max_merge_rounds=rounds).optimize(parse(THREE_ALIKE))
     assert all(par == ROOT for _, par in p.tree.parent)
+    assert (p.stats.merge_checks, p.stats.merge_rejections) == (3, 3)
+    assert p.stats.llm_calls == 6 and p.stats.llm_usage.calls == 6 and len(llm.calls) == 6
+    assert p.warnings == (
+        "merge check rejected q3 under q2: re-planned without that edge",
+        "merge check rejected q3 under q1: re-planned without that edge",
+        "merge check rejected q2 under q1: re-planned without that edge",
+    )
+
+
+@pytest.mark.parametrize(
+    "rounds, parents, last",
+    [
+        (0, {"q1": ROOT, "q2": "q1", "q3": "q2"}, "q3 under q2"),
+        (1, {"q1": ROOT, "q2": ROOT, "q3": "q1"}, "q3 under q1"),
+        (2, {"q1": ROOT, "q2": "q1", "q3": ROOT}, "q2 under q1"),
+    ],
+)
+def test_a_rejection_after_the_last_round_is_reported_and_the_plan_keeps_that_edge(rounds, parents, last):
+    """There is no round left to re-plan in; the plan is still valid (it failed verify before)."""
+    from nlqo.llm import ScriptedLLM
+
+    llm = ScriptedLLM([("Relation of A", "parent"), ("Sensible", "no")])
+    p = check_plan(
+        Optimizer(cost_model=CostModel.parse("cost = -depth"), llm=llm, context_merge=True, max_merge_rounds=rounds)
+        .optimize(parse(THREE_ALIKE))
+    )  # fmt: skip
+    assert dict(p.tree.parent) == parents
+    assert (p.stats.merge_checks, p.stats.merge_rejections) == (rounds + 1, rounds + 1)
+    assert p.warnings[-1] == (
+        f"merge check rejected {last}, but the merge rounds ({rounds}) are used up: the plan keeps that edge"
+    )
+    assert len(p.warnings) == rounds + 1
 
 
 class Recording:

@@ -134,12 +134,13 @@ class Optimizer:
 
     def _search_with_merge_checks(self, q: Query, graph: JoinGraph, relations: Relations) -> _Searched:
         """The cheapest tree; with ``context_merge``, re-planned without each edge the LLM rejects in
-        the context of the plan, for at most ``max_merge_rounds`` rounds."""
+        the context of the plan, for at most ``max_merge_rounds`` rounds (a rejection after the last
+        round is reported, and the plan keeps that edge)."""
         ctx = CostContext(q, relations.table, self.embedder)
         warnings: list[str] = []
         checks = rejections = 0
         usage = Usage()
-        for _ in range(self.max_merge_rounds + 1):
+        for round_ in range(self.max_merge_rounds + 1):
             tree, cost, stats = self._search(q, graph, ctx)
             if stats.fallback:
                 warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
@@ -155,6 +156,12 @@ class Optimizer:
             if rejected is None:
                 break
             rejections += 1
+            if round_ == self.max_merge_rounds:  # no round left to re-plan in: keep the edge, say so
+                warnings.append(
+                    f"merge check rejected {rejected[1]} under {rejected[0]}, but the merge rounds "
+                    f"({self.max_merge_rounds}) are used up: the plan keeps that edge"
+                )
+                break
             warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
             graph = graph.without(*rejected)
         return _Searched(tree, cost, stats, graph, tuple(warnings), checks, rejections, usage)
