@@ -26,8 +26,8 @@ from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
 from nlqo.execute.engine import Engine
 from nlqo.llm.base import ChatMessage
-from nlqo.models import BUNDLED, bundled_dir, load_transformers, resolve_model
-from nlqo.models.convert import is_converted, read_marker
+from nlqo.models import BUNDLED, load_transformers, resolve_model
+from nlqo.models.convert import read_marker
 from nlqo.models.parts import locate
 from nlqo.parser import parse_question
 from nlqo.prompts.planning import PARSE
@@ -68,13 +68,8 @@ def costs(args, name: str) -> dict:
         locate(model)
     except ModelNotAvailable as exc:
         return {**row, "skipped": str(exc)}
-    dest = bundled_dir(model, args.fresh_cache)
-    if is_converted(dest):
-        row["conversion_s"] = read_marker(dest).get("seconds")
-    else:
-        start = time.perf_counter()
-        resolve_model(model.name, cache_dir=args.fresh_cache)
-        row["conversion_s"] = round(time.perf_counter() - start, 1)
+    dest = resolve_model(model.name, cache_dir=args.fresh_cache).path  # converted now unless it was before
+    row["conversion_s"] = read_marker(dest).get("seconds")  # the conversion's own timing, kept in its marker
     row["converted_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     start = time.perf_counter()
     llm = TransformersLLM.load(dest, name=model.name)

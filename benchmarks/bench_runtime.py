@@ -181,7 +181,7 @@ def setup(args):
     torch.set_num_threads(args.threads)
     args.by_id = {q.id: q for q in QuestionSet.load(args.questions, limit=args.limit).questions}
     args.index = open_index(args.out, corpus=str(args.corpus), progress=True)[0] if args.part in ("all", "qa") else None
-    args.strategies_by_runtime = {}  # (runtime, strategy) -> the strategy, on its own fork of the model
+    args.built = {}  # (runtime, strategy name) -> the strategy
     return args
 
 
@@ -200,12 +200,12 @@ def measure(args, case: dict, label: str) -> dict:
         return row
     if case["part"] == "quantize":
         return quantized(llm, args.model)
-    if (label, case["strategy"]) not in args.strategies_by_runtime:
-        index = args.index
-        run = build_strategy(case["strategy"], llm.fork(), index.retriever("hybrid"), embedder=index.embedder, k=3)
-        args.strategies_by_runtime[label, case["strategy"]] = run
-    strategy = args.strategies_by_runtime[label, case["strategy"]]
-    return run_record(strategy, args.by_id[case["qid"]], case["index"], case["strategy"])
+    name, index = case["strategy"], args.index
+    if (label, name) not in args.built:  # each on its own fork of the model, kept for the run
+        args.built[label, name] = build_strategy(
+            name, llm.fork(), index.retriever("hybrid"), embedder=index.embedder, k=3
+        )
+    return run_record(args.built[label, name], args.by_id[case["qid"]], case["index"], name)
 
 
 def speed_table(rows: list[dict], run: dict) -> list[str]:
