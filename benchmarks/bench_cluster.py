@@ -1,9 +1,8 @@
 """Scale-out on Dask: ``nlqo bench`` throughput and ``nlqo index`` speed, one process against a local cluster.
 
-bench: the first ``--limit`` HotpotQA questions over an index of the first ``--passages`` corpus passages; questions
-per minute over the run (from ``run.json`` appearing: model loaded, workers started) and end to end, and whether all
-configurations gave the same answers. index: passages per second of the build (as ``nlqo index`` reports it) and end
-to end. Each configuration is its own command, one after the other; each record keeps the load average around it.
+bench: the first ``--limit`` HotpotQA questions over an index of the first ``--passages`` corpus passages; index:
+those passages. Each configuration is its own command, one after the other; each record keeps the load average
+around it.
 """
 
 import gzip

@@ -1,12 +1,11 @@
 """The bundled local models side by side on transformers (float32), in parts (``--part``):
 
-* **costs**: the GGUF -> safetensors conversion time (measured now when the model is not converted yet,
-  or with --fresh-cache; else read from the cache marker), the load time, greedy decode tokens/s on a
-  fixed prompt, and the time to first token of a question after the parse prompt's instruction and
-  examples (``nlqo.prompts.planning.PARSE``, a prefix the parser reuses for every question), computed
-  from scratch versus with the prefix's KV state reused from the prefix cache (checking that both give
-  the same tokens). On a machine shared with other jobs, torch's default of one thread per core
-  oversubscribes the cores and decoding slows down several-fold; --threads 1 gives steadier numbers.
+* **costs**: the one-time GGUF -> safetensors conversion (as its cache marker timed it; --fresh-cache
+  converts into a new cache), the load time, greedy decode tokens/s on a fixed prompt, and the time to
+  first token of a question after the parse prompt's instruction and examples (a prefix the parser
+  reuses for every question), from scratch versus with the prefix's KV state from the prefix cache
+  (checking that both give the same tokens). On a machine shared with other jobs, --threads 1 gives
+  steadier numbers (torch's one thread per core oversubscribes the cores).
 * **default**: which model `nlqo ask` should default to: on the first ``--limit`` demo questions over
   examples/demo_corpus.jsonl, the linear template's exact match and seconds per question, and whether
   the model writes valid IR (the parser's prompt, with repairs).

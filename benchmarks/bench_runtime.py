@@ -7,8 +7,7 @@ and llama.cpp (the same GGUF weights as they are), in parts (``--part``):
   ``llama_decode`` loop on the same file (the ceiling any backend loop has), with 4 sequences in one
   batch and with one thread (medians of 3: single runs varied by 30% on the shared 2-core machine).
 * **qa**: ``standard-rag`` and ``linear`` on the first ``--limit`` HotpotQA questions, every runtime
-  on every question, interleaved, with EM, seconds per question, and how many answers are identical
-  to float32's; paired bootstrap 95% intervals of each runtime's EM minus float32's.
+  on every question, interleaved, compared with float32 question by question.
 * **quantize** (transformers only): float32 vs int8 linear layers in bare forward passes, prefill and
   decode timed, whether 24 greedy tokens of a chat answer match float32's, and whether prefilling the
   prompt in two pieces gives the same tokens as at once (int8 computes activation scales per forward

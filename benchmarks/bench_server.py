@@ -1,15 +1,10 @@
 """Tree execution on a model server with several slots, one slot, and the in-process runtime.
 
-Case ``ask``: ``nlqo ask --strategy tree`` on one hand-written branching plan (waves of 4, 4 and 1
-nodes; ``--ir``, so no parsing varies) over the demo corpus, in parallel and ``--sequential``,
-alternating, ``--repeats`` times each: median execution times, their ratio, the most LLM calls in
-flight at once, and what ``auto`` chooses (``nlqo explain --strategy auto``). Case ``wave``: 4 equal
-requests sent together and one by one, in pairs back to back, for three shapes: where a gain comes
-from (prefill or decoding). Backends: the in-process llama.cpp runtime, and llama.cpp's server with
-N slots (scripts/serve-llama.sh; build it with scripts/build-llama-server.sh). Case ``ceiling``
-(in-process only, issue 40): one ~600-token prompt's prefill, then 4 completions of it one after
-another and at once: prefill is compute-bound, so batching gains only on the decode share, which
-bounds what ``nlqo serve``'s concurrency can add.
+Backends: the in-process llama.cpp runtime, and llama.cpp's server with N slots (scripts/serve-llama.sh;
+build it with scripts/build-llama-server.sh). Parts (``--part``), each described by its table: ``ask``,
+``nlqo ask --strategy tree`` on a hand-written branching plan (``--ir``, so no parsing varies), parallel
+and ``--sequential``; ``wave``, 4 equal requests together and one by one, for three shapes; ``ceiling``
+(in-process only, issue 40): what batching can add when prefill is compute-bound.
 """
 
 import contextlib

@@ -3,10 +3,7 @@
 Measures nothing by running a model: a case is a set, and its record is computed from two runs' records
 (`make bench-statistics`' held-back run in benchmarks/results/statistics/SET/heldout, where auto ran on
 every held-back question and iter-retgen beside it on the first 30; the benchmark of record's fixed
-operators in benchmarks/results/runs/SET, joined by qid) and `nlqo analyze`'s statistics.json:
-EM with Wilson intervals, seconds, auto minus the best fixed operator (paired bootstrap), the
-EM-seconds Pareto front, q-error of auto's time estimates, the operators auto chose, and how often
-auto's answer equals the record of the operator it chose.
+operators in benchmarks/results/runs/SET, joined by qid) and `nlqo analyze`'s statistics.json.
 """
 
 import json
