@@ -25,9 +25,8 @@ from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
 from nlqo.execute.engine import Engine
 from nlqo.llm.base import ChatMessage
-from nlqo.models import BUNDLED, load_transformers, resolve_model
+from nlqo.models import BUNDLED, get_bundled, load_transformers, resolve_model
 from nlqo.models.convert import read_marker
-from nlqo.models.parts import locate
 from nlqo.parser import parse_question
 from nlqo.prompts.planning import PARSE
 
@@ -60,14 +59,13 @@ def costs(args, name: str) -> dict:
 
     from nlqo.llm.local import TransformersLLM
 
-    model = next(m for m in BUNDLED if m.name == name)
+    model = get_bundled(name)
     row: dict = {"gguf_bytes": model.size, "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
     row["load_avg_before"] = round(os.getloadavg()[0], 1)
     try:
-        locate(model)
-    except ModelNotAvailable as exc:
+        dest = resolve_model(name, cache_dir=args.fresh_cache).path  # converted now unless it was before
+    except ModelNotAvailable as exc:  # its parts are not installed
         return {**row, "skipped": str(exc)}
-    dest = resolve_model(model.name, cache_dir=args.fresh_cache).path  # converted now unless it was before
     row["conversion_s"] = read_marker(dest).get("seconds")  # the conversion's own timing, kept in its marker
     row["converted_bytes"] = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     start = time.perf_counter()

@@ -9,6 +9,7 @@ questions sent by that many client threads, each once, every answer compared wit
 import atexit
 import concurrent.futures
 import contextlib
+import functools
 import http.client
 import json
 import subprocess
@@ -17,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from nlqo.eval.datasets import QuestionSet
+from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.experiment import Block, Experiment, Option, free_port, load, main, serving
 from nlqo.serve.stats import percentile
 
@@ -28,35 +29,33 @@ class Load:
     """The run's questions, each model's reference answers and its ``nlqo serve`` (started once, stopped at exit)."""
 
     def __init__(self, args):
-        rows = QuestionSet.load(args.questions, limit=args.limit).questions
-        self.args, self.questions = args, [{"id": q.id, "question": q.question} for q in rows]
+        self.args, self.questions = args, QuestionSet.load(args.questions, limit=args.limit).questions
         self.answers = {r["model"]: r.get("answers") for r in load(args.out)[0] if r["clients"] == 0}
-        self.servers: dict[str, tuple[str, int]] = {}
         self.running = contextlib.ExitStack()
         atexit.register(self.running.close)
 
+    @functools.cache
     def server(self, model: str) -> tuple[str, int]:
-        if model not in self.servers:
-            a, port = self.args, free_port()
-            cmd = [*NLQO, "serve", "--index", str(a.index), "--model", model, "--port", str(port), "--queue", "64"]
-            health, log = f"http://127.0.0.1:{port}/v1/health", Path(tempfile.gettempdir()) / f"nlqo-serve-{model}.log"
-            self.running.enter_context(serving([*cmd, "--timeout", str(a.timeout)], health, log))
-            self.servers[model] = "127.0.0.1", port
-        return self.servers[model]
+        """The address of ``model``'s ``nlqo serve``, started on a free loopback port on first use."""
+        a, port = self.args, free_port()
+        cmd = [*NLQO, "serve", "--index", str(a.index), "--model", model, "--port", str(port), "--queue", "64"]
+        health, log = f"http://127.0.0.1:{port}/v1/health", Path(tempfile.gettempdir()) / f"nlqo-serve-{model}.log"
+        self.running.enter_context(serving([*cmd, "--timeout", str(a.timeout)], health, log))
+        return "127.0.0.1", port
 
 
-def ask(load: Load, model: str, q: dict) -> tuple[str | None, str | None]:
+def ask(load: Load, model: str, q: Question) -> tuple[str | None, str | None]:
     """One question in its own ``nlqo ask --json`` process: (answer, error)."""
-    cmd = [*NLQO, "ask", q["question"], "--index", str(load.args.index), "--model", model, "--json", "--quiet"]
+    cmd = [*NLQO, "ask", q.question, "--index", str(load.args.index), "--model", model, "--json", "--quiet"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=load.args.timeout)
     return (json.loads(done.stdout)["answer"], None) if done.returncode == 0 else (None, done.stderr[-300:])
 
 
-def post(load: Load, model: str, q: dict) -> tuple[str | None, str | None]:
+def post(load: Load, model: str, q: Question) -> tuple[str | None, str | None]:
     """One question to the model's ``nlqo serve``: (answer, error)."""
     conn = http.client.HTTPConnection(*load.server(model), timeout=load.args.timeout)
     try:
-        conn.request("POST", "/v1/ask", json.dumps({"question": q["question"]}), {"Content-Type": "application/json"})
+        conn.request("POST", "/v1/ask", json.dumps({"question": q.question}), {"Content-Type": "application/json"})
         response = conn.getresponse()
         status, body = response.status, json.loads(response.read() or b"{}")
     except OSError as exc:
@@ -71,7 +70,7 @@ def measure(load: Load, case: dict, model: str) -> dict:
 
     def timed(q):
         started = time.monotonic()
-        return (q["id"], *send(load, model, q), time.monotonic() - started)
+        return (q.id, *send(load, model, q), time.monotonic() - started)
 
     started = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(max(1, case["clients"])) as pool:
@@ -87,7 +86,7 @@ def measure(load: Load, case: dict, model: str) -> dict:
     reference = load.answers[model]
     different = [qid for qid, answer, error, _ in results if error is None and answer != reference[qid]]
     row |= {
-        "lost": len({q["id"] for q in load.questions} - set(answered)),
+        "lost": len({q.id for q in load.questions} - set(answered)),
         "duplicated": len(answered) - len(set(answered)),
     }
     return {**row, "different_from_single_process": different, "error_messages": sorted({r[2] for r in results if r[2]})[:5]}  # fmt: skip
