@@ -189,3 +189,47 @@ def test_a_corrupt_relation_cache_is_a_clear_error(tmp_path):
     path.write_bytes(b'{"a\\tb": "par')
     with pytest.raises(ConfigError, match="not a relation cache"):
         RelationCache.open(path)
+
+
+def _read_relation_under_the_c_locale(path: str, out) -> None:
+    import locale
+
+    from nlqo.ir import Atom, Const, Var
+    from nlqo.relations import RelationCache
+
+    a = Atom("a", Var("x"), Const("born in"), Const("Zürich"))
+    b = Atom("b", Var("x"), Const("lives in"), Const("Genève"))
+    try:
+        kind = str(RelationCache.open(path).get(a, b))
+    except Exception as exc:  # reported, so that the test fails at once
+        kind = repr(exc)
+    out.put((locale.getpreferredencoding(False), kind))
+
+
+def test_a_relation_cache_is_read_as_utf8_whatever_the_locale(tmp_path, monkeypatch):
+    """JSON is UTF-8: a cache file another tool wrote with raw non-ASCII text reads the same under an ASCII locale."""
+    path = tmp_path / "relations.json"
+    path.write_text(
+        json.dumps({"?x born in zürich\t?x lives in genève": "child"}, ensure_ascii=False), encoding="utf-8"
+    )
+    for name, value in {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}.items():
+        monkeypatch.setenv(name, value)
+    ctx = multiprocessing.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_read_relation_under_the_c_locale, args=(str(path), out))
+    proc.start()
+    encoding, kind = out.get(timeout=120)
+    proc.join(timeout=60)
+    assert (encoding, kind, proc.exitcode) == ("ANSI_X3.4-1968", "child", 0)
+
+
+@pytest.mark.parametrize("content", ['["a\\tb", "parent"]', '{"a\\tb": 1}', '{"a\\tb": null}', '"parent"'])
+def test_json_that_is_not_a_relation_cache_is_a_clear_error(tmp_path, content):
+    from nlqo.errors import ConfigError
+    from nlqo.relations import RelationCache
+
+    path = tmp_path / "relations.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError) as info:
+        RelationCache.open(path)
+    assert str(info.value) == f"{path}: not a relation cache (JSON object of pair -> kind)"
