@@ -130,7 +130,9 @@ def test_evaluate_by_hand():
 def test_signs_by_hand(text, directions):
     params = {"alpha": 2.5, "beta": -1.0, "zero": 0.0, "half": 0.5}
     model = CostModel.parse("\n".join(f"param {k} = {v}" for k, v in params.items()) + f"\ncost = {text}")
-    assert signs(model.expression, model.params) == directions
+    found = signs(model.expression, model.params)
+    assert found == directions
+    assert {n: repr(d) for n, d in found.items()} == {n: repr(d) for n, d in directions.items()}  # 1, not 1.0
 
 
 @pytest.mark.parametrize(

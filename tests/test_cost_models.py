@@ -302,6 +302,9 @@ def test_trees_walk_in_order():
     assert Tree.build(ROOT, {"q4": ROOT, "q3": "q2", "q2": ROOT}, ORDER) == Tree(
         ROOT, (("q2", ROOT), ("q3", "q2"), ("q4", ROOT)), (ROOT, "q2", "q3", "q4")
     )
+    assert Tree.build(ROOT, {"a": "b", "b": ROOT}, (ROOT, "b", "a", "c")) == Tree(
+        ROOT, (("b", ROOT), ("a", "b")), (ROOT, "b", "a")
+    )
 
 
 def test_plan_labels_and_textualised_trees():
