@@ -177,7 +177,7 @@ LOAD_LIMIT ?= 16
 LOAD_INDEX ?= $(STAT_OUT)/hotpotqa_dev_199/index
 load-serve: install-test $(VENV)/.model-$(MODEL)
 	[ -f $(LOAD_INDEX)/manifest.json ] || $(NLQO) index $(BENCH_DATA)/hotpotqa_dev_199_corpus.jsonl.gz --out $(LOAD_INDEX)
-	$(PY) benchmarks/load_serve.py --models smollm2-135m $(MODEL) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
+	$(PY) benchmarks/bench_server.py --part load --load-models smollm2-135m $(MODEL) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index
