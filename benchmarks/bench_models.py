@@ -140,8 +140,7 @@ def cases(args) -> list[dict]:
     return out
 
 
-def table(records: list[dict], run: dict) -> str:
-    rows = [r for r in records if r["part"] == "costs"]
+def table(rows: list[dict], run: dict) -> str:
     lines = [
         f"Measured {rows[0]['measured_at'][:10]} on {run['cpus']} CPU cores, torch {rows[0]['torch']}, "
         "float32, greedy decoding. The load avg column is the 1-minute load average before / after "
@@ -166,8 +165,7 @@ def table(records: list[dict], run: dict) -> str:
     return "\n".join(lines)
 
 
-def default_table(records: list[dict], run: dict) -> str:
-    rows = [r for r in records if r["part"] == "default"]
+def default_table(rows: list[dict], run: dict) -> str:
     out = [
         f"Measured {rows[0]['measured_at'][:10]} on {run['machine']}, {run['cpus']} cores (load average {rows[-1]['load']:.1f} "
         f"at the end), {len({r['question'] for r in rows})} demo questions over examples/demo_corpus.jsonl, linear "
@@ -186,8 +184,8 @@ def default_table(records: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="models",
     blocks=(
-        Block("docs/models.md", "bench-models", table, title="Local models"),
-        Block("docs/models.md", "default-model", default_table),
+        Block("docs/models.md", "bench-models", table, title="Local models", part="costs"),
+        Block("docs/models.md", "default-model", default_table, part="default"),
     ),
     cases=cases,
     configs=lambda args: args.models,

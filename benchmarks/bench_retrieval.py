@@ -144,7 +144,6 @@ def measure(context: dict, case: dict, mode: str) -> dict:
 
 
 def table(records: list[dict], run: dict) -> str:
-    records = [r for r in records if r["part"] == "recall"]
     sets = {r["dataset"]: [] for r in records}
     for r in sorted(records, key=lambda r: (MODES + KINDS).index(r["mode"])):
         sets[r["dataset"]].append(r)
@@ -181,8 +180,7 @@ def table(records: list[dict], run: dict) -> str:
 
 
 def ann_table(records: list[dict], run: dict) -> str:
-    rows = (r for r in records if r["part"] == "ann")
-    records = sorted(rows, key=lambda r: (r["synthetic"], r["vectors"], ANN.index(r["mode"])))
+    records = sorted(records, key=lambda r: (r["synthetic"], r["vectors"], ANN.index(r["mode"])))
     first, last = records[0], records[-1]
     lines = [
         f"Vectors: {first['source']}; queries: the {first['queries']} HotpotQA questions; one FAISS thread, "
@@ -205,8 +203,8 @@ def ann_table(records: list[dict], run: dict) -> str:
 EXPERIMENT = Experiment(
     name="retrieval",
     blocks=(
-        Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval"),
-        Block("docs/scale-out.md", "ann-benchmark", ann_table, title="Scale-out: Dask for batch work"),
+        Block("docs/retrieval.md", "retrieval-benchmark", table, title="Retrieval", part="recall"),
+        Block("docs/scale-out.md", "ann-benchmark", ann_table, title="Scale-out: Dask for batch work", part="ann"),
     ),
     cases=lambda args: [
         *({"part": "recall", "dataset": name} for name in args.datasets if args.part in ("recall", "all")),

@@ -148,6 +148,20 @@ def test_torch_threads_sets_the_count_only_when_given(monkeypatch):
     assert len(ex.load_average()) == 3
 
 
+def test_a_block_of_a_part_renders_that_part_s_records_only(tmp_path):
+    def table(records, run):
+        return " ".join(f"{r['part']}{r['n']}" for r in records)
+
+    parts = attrs.evolve(
+        toy([]),
+        cases=lambda args: [{"part": p, "n": n} for p in "ab" for n in range(args.limit)],
+        blocks=(ex.Block("", "all", table), ex.Block("", "a", table, part="a"), ex.Block("", "b", table, part="b")),
+        configs=lambda args: ["a"],
+    )
+    ex.main(parts, ["--out", str(tmp_path), "--limit", "2", "--no-docs"])
+    assert ex.render(parts, tmp_path) == {"all": "a0 a1 b0 b1", "a": "a0 a1", "b": "b0 b1"}
+
+
 def test_read_block_returns_what_write_block_wrote(tmp_path):
     page = tmp_path / "p.md"
     write_block(page, "x", "a\n\nb\n", title="T")

@@ -68,12 +68,14 @@ class Option:
 @attrs.frozen
 class Block:
     """A table in the docs: ``table(records, run)`` between the markers of block ``name`` in ``doc``
-    (a page that does not exist yet starts with ``# title``)."""
+    (a page that does not exist yet starts with ``# title``); with ``part``, the table gets only the
+    records of that part of the experiment (their ``part`` field)."""
 
     doc: str
     name: str
     table: Callable[[list[Record], dict[str, Any]], str]
     title: str = ""
+    part: str | None = None
 
 
 @attrs.frozen
@@ -199,7 +201,8 @@ def serving(command: Sequence[str], health: str, log: Path, env: Mapping[str, st
 def render(experiment: Experiment, out: Path | None = None) -> dict[str, str]:
     """The experiment's tables by block name, from its records alone."""
     records, run = load(out or experiment.out)
-    return {block.name: block.table(records, run) for block in experiment.blocks}
+    parts = {block.part: [r for r in records if block.part in (None, r.get("part"))] for block in experiment.blocks}
+    return {block.name: block.table(parts[block.part], run) for block in experiment.blocks}
 
 
 def identity(record: Record, fields: Iterable[str]) -> str:
