@@ -32,7 +32,7 @@ USAGE = ("calls", "prompt_tokens", "cached_prompt_tokens", "generated_tokens", "
 
 
 def questions(args) -> list[dict]:
-    """The first ``--limit`` questions of each set, as cases keyed by set and id."""
+    """The first ``--limit`` questions of each set, one case each."""
     return [
         {"set": name, "index": i, "qid": q.id, "question": q.question}
         for name in args.sets
@@ -47,7 +47,7 @@ def setup(args) -> dict:
 
 
 def measure(context: dict, case: dict, mode: str) -> dict:
-    """Parse the case's question with ``parse_question(**MODES or ANCHORING[mode])``; a failure is a record too."""
+    """Parse the case's question with ``parse_question`` as ``mode`` says; a failure is a record too."""
     args, llm = context["args"], context["handles"][mode]
     before, started = llm.total, time.perf_counter()
     try:

@@ -21,8 +21,7 @@ def tree(n: int) -> Query:
     return Query(atoms=tuple(atoms), answer=Var("v0"))
 
 
-# chain: each atom one hop from the last; dense (a star): every atom mentions the answer variable,
-# so all pairs are left to the (rule-based) classifier
+# dense: a star, every atom mentions the answer variable, so all pairs are left to the classifier
 SHAPES = {"chain": chain, "tree": tree, "dense": star}
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from nlqo.config import DEFAULT_MODEL
 from nlqo.eval.datasets import QuestionSet
-from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
+from nlqo.eval.experiment import DATA, Block, Experiment, Option, main, torch_threads
 from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.runner import run_record
 from nlqo.eval.workspace import open_index
@@ -175,9 +175,7 @@ def cases(args) -> list[dict]:
 
 
 def setup(args):
-    import torch
-
-    torch.set_num_threads(args.threads)
+    torch_threads(args)
     args.by_id = {q.id: q for q in QuestionSet.load(args.questions, limit=args.limit).questions}
     args.index = open_index(args.out, corpus=str(args.corpus), progress=True)[0] if args.part in ("all", "qa") else None
     args.built = {}  # (runtime, strategy name) -> the strategy
@@ -271,9 +269,8 @@ def qa_table(records: list[dict], rates: dict, run: dict) -> list[str]:
                 worse, better = sum(b["em"] > a["em"] for a, b in zip(recs, ref)), sum(a["em"] > b["em"] for a, b in zip(recs, ref))  # fmt: skip
                 cells += [f"{same}/{n}", f"{round(100 * d.mean, 1):+.1f} [{round(100 * d.low, 1):+.1f}, {round(100 * d.high, 1):+.1f}]", f"{worse} / {better}"]  # fmt: skip
             if rate := rates.get(label):  # the share of model time on prompt tokens, from token counts and rates
-                prefill = (
-                    sum(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in recs) / rate["prefill_tokens_per_s"]
-                )
+                computed = sum(r["prompt_tokens"] - r["cached_prompt_tokens"] for r in recs)
+                prefill = computed / rate["prefill_tokens_per_s"]
                 decode = sum(r["generated_tokens"] for r in recs) / rate["decode_tokens_per_s"]
                 cells.append(f"{100 * round(prefill / max(prefill + decode, 1e-9), 3):.0f}%")
             else:

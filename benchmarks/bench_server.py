@@ -203,10 +203,8 @@ def load_test(load: Load, case: dict, model: str) -> dict:
         return {**row, "answers": load.answers[model]}
     reference = load.answers[model]
     different = [qid for qid, answer, error, _ in results if error is None and answer != reference[qid]]
-    row |= {
-        "lost": len({q.id for q in load.questions} - set(answered)),
-        "duplicated": len(answered) - len(set(answered)),
-    }
+    row["lost"] = len({q.id for q in load.questions} - set(answered))
+    row["duplicated"] = len(answered) - len(set(answered))
     return {**row, "different_from_single_process": different, "error_messages": sorted({r[2] for r in results if r[2]})[:5]}  # fmt: skip
 
 
