@@ -11,7 +11,7 @@ import json
 import re
 import shutil
 
-from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_text, main, run_nlqo
+from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main, run_nlqo
 
 WORK = REPO / ".nlqo" / "bench-cluster"
 CONFIGS = {
@@ -29,8 +29,12 @@ COLUMNS = {
 }  # fmt: skip
 
 
+def load() -> str:
+    return ", ".join(map(str, load_average()))
+
+
 def measure(args, case: dict, config: str) -> dict:
-    corpus, before = WORK / f"hotpotqa_corpus_{args.passages}.jsonl", load_text()
+    corpus, before = WORK / f"hotpotqa_corpus_{args.passages}.jsonl", load()
     if not corpus.is_file():
         WORK.mkdir(parents=True, exist_ok=True)
         with gzip.open(DATA / "hotpotqa_dev_199_corpus.jsonl.gz", "rt", encoding="utf-8") as source:
@@ -42,7 +46,7 @@ def measure(args, case: dict, config: str) -> dict:
         count, build_s = re.search(r"indexed (\d+) passages in ([\d.]+) s", stdout).groups()
         count, build_s = int(count), float(build_s)
         return {"passages_per_s": round(count / build_s, 2), "passages_per_s_end_to_end": round(count / wall_s, 2),
-                "build_s": build_s, "wall_s": wall_s, "load": f"{before} / {load_text()}"}  # fmt: skip
+                "build_s": build_s, "wall_s": wall_s, "load": f"{before} / {load()}"}  # fmt: skip
     index = WORK / f"index-{args.passages}"
     if not (index / "manifest.json").is_file():
         run_nlqo("index", str(corpus), "--out", str(index), "--quiet")
@@ -55,7 +59,7 @@ def measure(args, case: dict, config: str) -> dict:
         **{"startup_s": startup_s, "run_s": round(wall_s - startup_s, 2), "wall_s": wall_s},
         "mean_record_s": round(sum(r["seconds"] for r in records) / len(records), 2),
         "answers": {f"{r['qid']}|{r['strategy']}": r["answer"] for r in records},
-        "load": f"{before} / {load_text()}",
+        "load": f"{before} / {load()}",
     }
 
 

@@ -136,11 +136,6 @@ def load_average() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-def load_text() -> str:
-    """:func:`load_average` as the text a table prints (``"1.52, 1.2, 0.97"``)."""
-    return ", ".join(map(str, load_average()))
-
-
 THREADS = Option.of("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
 
 
