@@ -7,11 +7,11 @@ around it.
 
 import gzip
 import itertools
-import json
 import re
 import shutil
 
 from nlqo.eval.experiment import DATA, REPO, Block, Experiment, Option, load_average, main, run_nlqo
+from nlqo.eval.records import read_records
 
 WORK = REPO / ".nlqo" / "bench-cluster"
 CONFIGS = {
@@ -52,7 +52,7 @@ def measure(args, case: dict, config: str) -> dict:
         run_nlqo("index", str(corpus), "--out", str(index), "--quiet")
     _, wall_s, startup_s = run_nlqo("bench", "--questions", str(DATA / "hotpotqa_dev_199.jsonl.gz"), "--limit", str(args.limit), "--index", str(index), "--out", str(out),
                                 "--model", args.model, "--strategies", args.strategies, "--quiet", *extra, wait_for=out / "run.json")  # fmt: skip
-    records = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines() if line.strip()]
+    records = read_records(out / "records.jsonl")
     return {
         "questions_per_min": round(args.limit / (wall_s - startup_s) * 60, 2),
         "questions_per_min_end_to_end": round(args.limit / wall_s * 60, 2),

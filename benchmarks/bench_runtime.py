@@ -191,9 +191,8 @@ def measure(args, case: dict, label: str) -> dict:
             path, t = llm.runtime.path, args.threads
             row["low_level_decode_tokens_per_s"] = bare_decode(path, t)
             for field, threads, seqs in (("low_level_4_seqs", t, 4), ("low_level_1_thread", 1, 1), ("low_level_1_seq", t, 1)):  # fmt: skip
-                row[f"{field}_tokens_per_s"] = statistics.median(
-                    bare_decode(path, threads, seqs=seqs) for _ in range(3)
-                )
+                runs = [bare_decode(path, threads, seqs=seqs) for _ in range(3)]
+                row[f"{field}_tokens_per_s"] = statistics.median(runs)
         return row
     if case["part"] == "quantize":
         return quantized(llm, args.model)
