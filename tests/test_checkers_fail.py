@@ -4,17 +4,19 @@ for each, rejected with that clause's message. A checker never seen to fail may 
 from __future__ import annotations
 
 import itertools
+import math
 import re
 
 import attrs
 import pytest
 
 from nlqo.cost import CostModel, Shape, load_cost_model, structural
+from nlqo.cost.metrics import Structure
 from nlqo.kinds import RelationKind
 from nlqo.optimizer import optimize
 from nlqo.plan import ROOT, LeftOut, Plan, Tree
 from nlqo.syntax import parse
-from nlqo.testing import InvariantError, check_cost_deterministic, check_monotone, check_plan
+from nlqo.testing import InvariantError, check_cost_deterministic, check_cost_formula, check_monotone, check_plan
 
 STRUCTURAL = load_cost_model("structural")
 
@@ -162,6 +164,56 @@ def test_check_monotone_rejects_each_broken_declaration():
         check_monotone(reads_height_too, shape, "height")
     with pytest.raises(InvariantError, match="'plain' is not declared structural"):
         check_monotone(plain, shape, "size")
-    with pytest.raises(InvariantError, match="unknown field 'width'"):
+    with pytest.raises(
+        InvariantError, match=re.escape("unknown field 'width' (fields: size, height, imbalance, edges, leaves)")
+    ):
         check_monotone(reads_height_too, shape, "width")
     check_monotone(reads_height_too, shape, "size")  # the declared direction holds
+
+
+class Unnamed:
+    """A metric object with no ``__name__``."""
+
+    def __init__(self, structure: Structure | None = None):
+        self.structure = structure
+
+    def __call__(self, tree, ctx) -> float:
+        return 0.0
+
+    def __repr__(self) -> str:
+        return "Unnamed()"
+
+
+def test_check_monotone_names_a_metric_object_without_a_name():
+    shape = Shape(size=4, height=2, imbalance=1, edges=3, leaves=2)
+    with pytest.raises(InvariantError, match=re.escape("Unnamed() is not declared structural")):
+        check_monotone(Unnamed(), shape, "size")
+    reads_height = Unnamed(Structure(lambda s: float(s.size + s.height), {"size": 1}))
+    with pytest.raises(
+        InvariantError, match=re.escape("metric moves with height (6.0 -> 7.0) but does not declare it")
+    ):
+        check_monotone(reads_height, shape, "height")
+    with pytest.raises(InvariantError, match=re.escape("metric declares direction -1 in size but goes 6.0 -> 7.0")):
+        check_monotone(Unnamed(Structure(lambda s: float(s.size + s.height), {"size": -1})), shape, "size")
+
+
+def test_check_monotone_accepts_a_flat_or_negative_metric_moving_as_declared():
+    @structural(leaves=1, size=-1)
+    def capped_deficit(shape: Shape) -> float:
+        return float(min(shape.leaves, 3) - shape.size)  # negative; flat in leaves past 3
+
+    shape = Shape(size=10, height=2, imbalance=1, edges=9, leaves=5)
+    for field in ("leaves", "size", "height"):  # -5 -> -5, -5 -> -6, no change
+        check_monotone(capped_deficit, shape, field)
+    check_monotone(capped_deficit, attrs.evolve(shape, leaves=1), "leaves")  # -9 -> -8
+    check_monotone(capped_deficit, attrs.evolve(shape, leaves=2, size=3), "leaves")  # -1 -> 0
+
+
+def test_check_cost_formula_reads_every_construct_of_the_cost_language():
+    mixed = CostModel.parse(
+        "param w = 2\ncost = -depth + edges * w - max(size, 1) / 3 + log(size + 1) - abs(imbalance - 1.5) + min(depth, 0.5)",
+        name="mixed",
+    )
+    plan = planned(SIBLINGS)  # depth 2, edges 4, size 3, imbalance 1
+    expected = -2 + 4 * 2 - 3 / 3 + math.log(3 + 1) - abs(1 - 1.5) + min(2, 0.5)
+    assert check_cost_formula(mixed, plan) == pytest.approx(expected)

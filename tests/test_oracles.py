@@ -9,9 +9,16 @@ from hypothesis import strategies as st
 
 from nlqo.cost import CostModel, load_cost_model
 from nlqo.ir import Var
+from nlqo.llm.base import ChatMessage, Usage
+from nlqo.optimizer import Optimizer
+from nlqo.plan import ROOT
+from nlqo.prompts import planning
 from nlqo.relations import RelationCache
+from nlqo.syntax import parse
 from nlqo.testing import InvariantError, check_cost_formula
 from nlqo.testing.oracles import (
+    CacheFiller,
+    MergeJudge,
     check_invariance,
     check_merge_context,
     check_optimal,
@@ -26,9 +33,8 @@ from nlqo.testing.strategies import chain, plan, queries, star
 from nlqo.testing.world import MOVIES, World, check_differential
 
 STRUCTURAL = load_cost_model("structural")
-MODELS = st.sampled_from(
-    [STRUCTURAL, CostModel.parse("cost = imbalance - depth - edges", name="deep"), load_cost_model("default")]
-)
+DEEP = CostModel.parse("cost = imbalance - depth - edges", name="deep")
+MODELS = st.sampled_from([STRUCTURAL, DEEP, load_cost_model("default")])
 
 
 @settings(max_examples=40, deadline=None)
@@ -61,7 +67,153 @@ def test_relation_caches_round_trip(query):
 @settings(max_examples=25, deadline=None)
 @given(queries(max_atoms=5))
 def test_merge_checks_see_the_plan(query):
-    check_merge_context(query, CostModel.parse("cost = imbalance - depth - edges", name="deep"))
+    check_merge_context(query, DEEP)
+
+
+def films(first: str, second: str):
+    return parse(f'q1 = (?film, "stars", "{first}")\nq2 = (?film, "by", "{second}")\nanswer ?film\n')
+
+
+MERGE_CASES = {
+    # (query, its tree under DEEP with MergeJudge's answers and no rewrite rules, where the edges' relations are stored)
+    "star": (star(3), (("q1", ROOT), ("q2", "q1"), ("q3", "q2")), {("q1", "q2"): "llm", ("q2", "q3"): "llm"}),
+    "child first": (films("Jaws", "Heat"), (("q1", "q2"), ("q2", ROOT)), {("q1", "q2"): "llm"}),
+    "spaced": (films("Up", " Jaws"), (("q1", ROOT), ("q2", "q1")), {("q1", "q2"): "llm"}),
+}
+
+
+def test_the_merge_cases_have_llm_decided_edges():
+    for query, tree, sources in MERGE_CASES.values():
+        p = Optimizer(cost_model=DEEP, rules=(), llm=MergeJudge(), context_merge=True).optimize(query)
+        assert p.tree.parent == tree
+        assert {pair: p.relation_source[pair] for pair in sources} == sources
+        assert p.stats.merge_checks == len(sources) and p.stats.merge_rejections == 0
+    # what makes the star and the spaced case fail differently when the oracle plans them another way:
+    # flat (no edge to check) under the structural model, and with the rewrite rules' spacing fix
+    assert Optimizer(llm=MergeJudge(), rules=(), context_merge=True).optimize(star(3)).stats.merge_checks == 0
+    assert (
+        Optimizer(cost_model=DEEP, llm=MergeJudge(), context_merge=True)
+        .optimize(films("Up", " Jaws"))
+        .stats.merge_checks
+        == 0
+    )
+
+
+@pytest.mark.parametrize("case", sorted(MERGE_CASES))
+def test_merge_checks_of_llm_decided_edges_pass_the_oracle(case):
+    check_merge_context(MERGE_CASES[case][0], DEEP)
+
+
+def test_the_merge_oracle_reads_a_reworded_merge_prompt(monkeypatch):
+    """A merge prompt that names the edge in other words: the oracle cannot tell which edge was
+    rejected, so it checks the rest."""
+    reworded = attrs.evolve(
+        planning.MERGE, template="Question: {question}\nPlan so far:\n{tree}\nMay {child} feed {parent}?"
+    )
+    monkeypatch.setattr(planning, "MERGE", reworded)
+    check_merge_context(star(3), DEEP)
+
+
+def ignores_rejections(monkeypatch):
+    check = Optimizer._check_merges
+    monkeypatch.setattr(Optimizer, "_check_merges", lambda self, *args: (None, *check(self, *args)[1:]))
+
+
+def counts_no_checks(monkeypatch):
+    check = Optimizer._check_merges
+    monkeypatch.setattr(Optimizer, "_check_merges", lambda self, *args: (check(self, *args)[0], 0, Usage()))
+
+
+def checks_nothing(monkeypatch):
+    monkeypatch.setattr(Optimizer, "_check_merges", lambda self, *args: (None, 0, Usage()))
+
+
+def hides_the_plan(monkeypatch):
+    monkeypatch.setattr(
+        planning, "MERGE", attrs.evolve(planning.MERGE, template=planning.MERGE.template.replace("{tree}", ""))
+    )
+
+
+def counts_no_rejections(monkeypatch):
+    search = Optimizer._search_with_merge_checks
+    monkeypatch.setattr(
+        Optimizer,
+        "_search_with_merge_checks",
+        lambda self, *args: attrs.evolve(search(self, *args), merge_rejections=0),
+    )
+
+
+def replans_stale(monkeypatch):
+    """Each search returns the tree the one before it found: a re-plan keeps the rejected tree."""
+    search, last = Optimizer._search, {}
+
+    def stale(self, *args):
+        found = search(self, *args)
+        previous = last.get(self, found)
+        last[self] = found
+        return previous
+
+    monkeypatch.setattr(Optimizer, "_search", stale)
+
+
+BROKEN_MERGES = [
+    (
+        "ignores rejections",
+        ignores_rejections,
+        "star",
+        "the LLM rejected q3 under q2, and the plan still has that edge",
+    ),
+    (
+        "ignores rejections",
+        ignores_rejections,
+        "child first",
+        "the LLM rejected q1 under q2, and the plan still has that edge",
+    ),
+    (
+        "ignores rejections",
+        ignores_rejections,
+        "spaced",
+        "the LLM rejected q2 under q1, and the plan still has that edge",
+    ),
+    ("counts no checks", counts_no_checks, "star", "the plan counts 0 merge checks; the LLM was asked 2"),
+    (
+        "checks nothing",
+        checks_nothing,
+        "star",
+        "LLM-decided edges [('q1', 'q2'), ('q2', 'q3')] were never checked in context",
+    ),
+    (
+        "hides the plan",
+        hides_the_plan,
+        "star",
+        "a merge check did not show the LLM the partial plan: ['q1'] missing from its prompt",
+    ),
+    ("counts no rejections", counts_no_rejections, "star", "the LLM rejected a merge and the plan counts no rejection"),
+    ("re-plans stale", replans_stale, "star", "the LLM rejected q3 under q2, and the plan still has that edge"),
+]
+
+
+@pytest.mark.parametrize(
+    "breaks, case, message", [b[1:] for b in BROKEN_MERGES], ids=[f"{b[0]} / {b[2]}" for b in BROKEN_MERGES]
+)
+def test_the_merge_oracle_fails_on_each_broken_merge_check(monkeypatch, breaks, case, message):
+    monkeypatch.setattr("nlqo.optimizer.optimizer.verify", lambda plan, graph=None: plan)  # only the oracle counts
+    breaks(monkeypatch)
+    with pytest.raises(InvariantError) as caught:
+        check_merge_context(MERGE_CASES[case][0], DEEP)
+    assert str(caught.value) == message
+
+
+def test_the_merge_judge_says_no_to_the_first_checks_it_is_told_to():
+    merge = [ChatMessage("user", "Question: q\nPlan so far:\n?x p o\nAttach: ?x r s\nUnder: ?x p o\nSensible?")]
+    judge = MergeJudge(reject=1)
+    replies = [judge.chat(merge), judge.chat(merge)]
+    assert [(r.text, r.usage) for r in replies] == [("no", Usage(calls=1)), ("yes", Usage(calls=1))]
+    assert judge.merge_prompts == [merge[0].content] * 2
+    relation = [ChatMessage("user", "Question: q\nA: ?x p o\nB: ?x r s\nRelation of A to B:")]
+    assert judge.chat(relation).text == CacheFiller().chat(relation).text == "parent"
+    assert judge.calls == 1 and len(judge.merge_prompts) == 2  # a relation question is no merge check
+    assert MergeJudge().chat(merge).text == "yes"
 
 
 def test_the_variants_are_what_they_say():

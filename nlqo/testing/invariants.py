@@ -159,8 +159,6 @@ def _second_opinion(node: ast.AST, env: Mapping[str, float]) -> float:
             return float(env[id])
         case ast.UnaryOp(ast.USub(), operand):
             return -_second_opinion(operand, env)
-        case ast.UnaryOp(ast.UAdd(), operand):
-            return _second_opinion(operand, env)
         case ast.BinOp(left, op, right):
             return _OPERATORS[type(op)](_second_opinion(left, env), _second_opinion(right, env))
         case ast.Call(ast.Name(name), args):
