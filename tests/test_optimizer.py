@@ -471,3 +471,78 @@ def test_pins_said_twice_or_from_either_side_agree():
     pins = [("q1", "parent", "q2"), ("q1", "parent", "q2"), ("q2", "sibling", "q3"), ("q3", "sibling", "q2"),
             ("q1", "none", "q4"), ("q4", "none", "q1"), ("q2", "parent", "q5"), ("q5", "parent", "q6")]  # fmt: skip
     assert check_pins([Relation(*p) for p in pins], lines=[1, 2, 3, 4, 5, 6, 7, 8]) is None
+
+
+def _verified(parents, *, root=ROOT, left_out=(), graph=True):
+    """verify() on a hand-made plan of q1 -> q2 (q2 feeds q1), with ``parents`` as (child, parent) pairs."""
+    from nlqo.optimizer.graph import join_graph
+    from nlqo.optimizer.verify import verify
+    from nlqo.plan import Cost, LeftOut, Plan, Tree
+
+    q = parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", "x")\nanswer ?a')
+    tree = Tree(root=root, parent=tuple(parents), order=(ROOT, "q1", "q2", "q9"))
+    plan = Plan(query=q, tree=tree, cost=Cost(0.0, {}), left_out=tuple(LeftOut(a, "why") for a in left_out))
+    return verify(plan, join_graph(q, resolve(q).table) if graph else None)
+
+
+@pytest.mark.parametrize(
+    "parents, root, left_out, message",
+    [
+        ((("q1", ROOT), ("q2", "q1")), "q1", (), "plan root is 'q1', not the question"),
+        ((("q1", ROOT), ("q2", "q1"), ("q2", ROOT)), ROOT, (), "an atom appears twice in the plan"),
+        ((("q1", ROOT), ("q2", "q9")), ROOT, (), "plan has a node that does not reach the root"),
+        ((("q1", "q2"), ("q2", "q1")), ROOT, (), "plan has a cycle"),
+        ((("q1", ROOT),), ROOT, (), "plan covers ['q1'] and leaves out [], atoms are ['q1', 'q2']"),
+        (
+            (("q1", ROOT), ("q2", "q1")),
+            ROOT,
+            ("q2",),
+            "plan covers ['q1', 'q2'] and leaves out ['q2'], atoms are ['q1', 'q2']",
+        ),
+        (
+            (("q1", ROOT), ("q2", "q1"), ("q9", "q1")),
+            ROOT,
+            (),
+            "plan covers ['q1', 'q2', 'q9'] and leaves out [], atoms are ['q1', 'q2']",
+        ),
+        ((("q1", "q2"), ("q2", ROOT)), ROOT, (), "edge q2 -> q1 is not allowed by the relations"),
+        ((("q1", ROOT), ("q2", ROOT)), ROOT, (), "edge $root -> q2 is not allowed by the relations"),
+    ],
+)
+def test_verify_refuses_a_broken_plan_saying_what_is_wrong(parents, root, left_out, message):
+    from nlqo.errors import OptimizeError
+
+    with pytest.raises(OptimizeError) as info:
+        _verified(parents, root=root, left_out=left_out)
+    assert str(info.value) == message
+
+
+def test_verify_passes_a_valid_plan_and_checks_edges_only_with_a_graph():
+    ok = _verified([("q1", ROOT), ("q2", "q1")])
+    assert dict(ok.tree.parent) == {"q1": ROOT, "q2": "q1"}
+    assert _verified([("q1", ROOT)], left_out=("q2",)).left_out_ids == ("q2",)
+    assert dict(_verified([("q1", ROOT), ("q2", ROOT)], graph=False).tree.parent) == {"q1": ROOT, "q2": ROOT}
+
+
+def test_verify_stops_on_a_cycle_entered_from_outside_it():
+    """q1 leads into the cycle q2 -> q3 -> q2 without being on it: the walk from q1 must still end."""
+    import threading
+
+    from nlqo.errors import OptimizeError
+    from nlqo.optimizer.verify import verify
+    from nlqo.plan import Cost, Plan, Tree
+
+    q = parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?c, "r", ?b)\nanswer ?a')
+    tree = Tree(root=ROOT, parent=(("q1", "q2"), ("q2", "q3"), ("q3", "q2")), order=(ROOT, "q1", "q2", "q3"))
+    outcome: list[str] = []
+
+    def run():
+        try:
+            verify(Plan(query=q, tree=tree, cost=Cost(0.0, {})))
+        except OptimizeError as exc:
+            outcome.append(str(exc))
+
+    walker = threading.Thread(target=run, daemon=True)
+    walker.start()
+    walker.join(timeout=10)
+    assert outcome == ["plan has a cycle"]
