@@ -84,11 +84,11 @@ class Experiment:
 
     ``cases(args)`` yields dicts whose fields name a case (a record whose fields agree has measured it);
     a record is the case, the configuration under ``config_field``, and what ``measure(context, case,
-    config)`` returned.
-    ``setup(args)`` makes the context once per run (a loaded model, say); ``configs(args)`` names the
-    configurations, and ``applies(case, config)`` says which of them a case is measured in (a part that
-    only some runtimes have, say). Each block's table gets every record and ``run.json``;
-    ``artifacts(records, run, out)``, when given, writes what else the records make into ``out``.
+    config)`` returned. ``setup(args)`` makes the context once per run (a loaded model, say);
+    ``configs(args)`` names the configurations, and ``applies(case, config)`` says which of them a case
+    is measured in (a part that only some runtimes have, say). Each block's table gets the records (of
+    its part, when it names one) and ``run.json``; ``artifacts(records, run, out)``, when given, writes
+    what else the records make into ``out``.
     """
 
     name: str
