@@ -226,8 +226,9 @@ def load_table(records: list[dict], run: dict) -> str:
 
 
 def cases(args) -> list[dict]:
-    if args.part == "load":  # needs --index and --questions
-        return [{"part": "load", "clients": n, "model": m} for m in args.load_models for n in (0, *args.levels)]
+    if args.part == "load":  # needs --index and --questions; the models' order alternates by level
+        models, levels = args.load_models, enumerate((0, *args.levels))
+        return [{"part": "load", "clients": n, "model": m} for i, n in levels for m in models[:: 1 - 2 * (i % 2)]]
     return [{"part": p} for p in ("ask", "wave", "ceiling") if args.part in (p, "all")]
 
 
