@@ -6,10 +6,9 @@ build it with scripts/build-llama-server.sh). Parts (``--part``), each described
 ``nlqo ask --strategy tree`` on a hand-written branching plan (``--ir``, so no parsing varies), parallel
 and ``--sequential``; ``wave``, 4 equal requests together and one by one, for three shapes; ``ceiling``
 (in-process only, issue 40): what batching can add when prefill is compute-bound. ``all`` is these three.
-``load`` (issue 40; ``make load-serve``, in-process): for each of ``--load-models``, ``nlqo ask --json`` in a
-new process per question, one at a time (0 clients: the baseline and the reference answers), then ``nlqo
-serve`` on a free loopback port, the same questions sent by that many client threads, each once, every
-answer compared with the reference (none lost, none duplicated, none different).
+``load`` (issue 40; ``make load-serve``, in-process): ``nlqo serve`` of each of ``--load-models`` on loopback,
+the questions sent once per level by that many client threads, every answer compared with the same
+question's ``nlqo ask --json`` in a process of its own (level 0: the baseline and the reference answers).
 """
 
 import atexit
