@@ -163,3 +163,26 @@ def test_a_value_that_is_not_an_expression_is_refused(function):
         function("depth", *args)
     with pytest.raises(TypeError, match=r"^not a cost expression: 'depth'$"):
         function(Neg("depth"), *args)
+
+
+def test_an_arity_error_says_how_many_arguments_a_function_takes(monkeypatch):
+    from nlqo.cost import expr
+
+    monkeypatch.setitem(expr.FUNCTIONS, "clamp", lambda x, lo, hi=math.inf: min(max(x, lo), hi))
+    monkeypatch.setitem(expr.ARITY, "clamp", (2, 3))
+    monkeypatch.setitem(expr.FUNCTIONS, "hypot", math.hypot)
+    monkeypatch.setitem(expr.ARITY, "hypot", (2, 2))
+    for text, message in [
+        ("cost = clamp(depth)", "line 1, column 8: clamp() takes at least 2 arguments, not 1"),
+        ("cost = hypot(depth)", "line 1, column 8: hypot() takes 2 arguments, not 1"),
+        ("cost = hypot(depth, size, edges)", "line 1, column 8: hypot() takes 2 arguments, not 3"),
+    ]:
+        with pytest.raises(CostModelError) as caught:
+            CostModel.parse(text)
+        assert str(caught.value) == f"<string>: {message}"
+    assert (
+        CostModel.parse("cost = clamp(depth, 2) + hypot(size, edges)").evaluate_values(
+            {"depth": 1.0, "size": 3.0, "edges": 4.0}
+        )
+        == 7.0
+    )

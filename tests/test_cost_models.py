@@ -194,6 +194,21 @@ def test_cost_file_errors_in_full(text, message):
     assert str(caught.value) == message
 
 
+def test_a_cost_file_error_shows_the_line_the_parser_counted():
+    # a form feed in a comment, a line separator in a description and Windows line ends are not line breaks
+    # for the parser, so they must not shift the line the message shows
+    for text in [
+        "# a\fb\ncost = depth ) a",
+        'description "a\u2028b"\ncost = depth ) a',
+        "param a = 1\r\ncost = depth ) a\r\n",
+    ]:
+        with pytest.raises(CostModelError) as caught:
+            CostModel.parse(text)
+        assert (
+            str(caught.value) == "<string>:2:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) a"
+        )
+
+
 def test_with_params_changes_only_the_named_ones():
     model = CostModel.parse("param a = 1\nparam b = 2\ncost = a * depth + b", name="two")
     changed = model.with_params(b=5)
@@ -224,7 +239,7 @@ def test_directions_skip_semantic_metrics_wherever_they_sort():
         return 0.0
 
     model = CostModel.parse("cost = a_sem + depth - leaves", metrics={"a_sem": a_sem})
-    assert model.directions() == {"height": 1, "leaves": -1}
+    assert repr(model.directions()) == "{'height': 1, 'leaves': -1}"
     assert model.semantic == {"a_sem"} and model.names == {"a_sem", "depth", "leaves"}
 
     def odd(tree, ctx):

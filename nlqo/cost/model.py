@@ -118,7 +118,8 @@ class CostModel:
             tree = _parser().parse(text)
         except lark.UnexpectedInput as exc:
             line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
-            shown = text.splitlines()[line - 1] if isinstance(line, int) and 0 < line <= len(text.splitlines()) else ""
+            lines = text.split("\n")  # as the parser counts them (splitlines also breaks at \f, \x1c, \u2028, ...)
+            shown = lines[line - 1].rstrip("\r") if isinstance(line, int) and 0 < line <= len(lines) else ""
             ended = isinstance(exc, lark.UnexpectedEOF) or (
                 isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END"
             )
