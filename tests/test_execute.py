@@ -484,7 +484,7 @@ def test_the_lowering_reason_gives_both_estimates_and_the_backend_they_assume():
         "linear": estimate_linear(chain, SLOW_DECODE, 3),
         "tree": estimate_tree(chain, SLOW_DECODE, 3),
     }
-    assert forced.waves == (("q1",), ("q2",), (ROOT,))
+    assert forced.logical is chain and forced.waves == (("q1",), ("q2",), (ROOT,))
 
 
 profiles = st.builds(
