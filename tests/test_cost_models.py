@@ -299,6 +299,17 @@ def test_shapes_by_hand():
     assert shape_of("r", deep, lambda x, y: False, synthetic_root="r") == Shape(
         size=5, height=4, imbalance=2, edges=5, leaves=2, max_child=3, min_child=3
     )
+    # balanced branches of height 1 (no spread); a chain (one child each: no spread either)
+    no = lambda x, y: False  # noqa: E731
+    assert shape_of("r", {"r": ("a", "b"), "a": ("c",), "b": ("d",)}, no, synthetic_root="r") == Shape(
+        size=4, height=2, imbalance=0, edges=4, leaves=2, max_child=1, min_child=1
+    )
+    assert shape_of("r", {"r": ("a",), "a": ("b",)}, no, synthetic_root="r").imbalance == 0
+    # an imbalance inside the first child outlasts a second child as tall as the first
+    two = {"r": ("a", "b"), "a": ("x", "y"), "x": ("z",), "z": ("w",), "b": ("p",), "p": ("q",), "q": ("s",)}
+    assert shape_of("r", two, no, synthetic_root="r") == Shape(
+        size=9, height=4, imbalance=2, edges=9, leaves=3, max_child=3, min_child=3
+    )
     assert shape_of("r", {}, related) == Shape() and shape_of("r", {}, related, synthetic_root="r") == Shape(
         size=0, leaves=0
     )
