@@ -12,7 +12,7 @@ from nlqo.cost.model import CostModel
 from nlqo.errors import IRSemanticError, LimitError
 from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT
-from nlqo.relations import RelationCache, resolve
+from nlqo.relations import RELATION_LABELS, RelationCache, resolve
 from nlqo.syntax import parse
 from nlqo.testing import check_cost_deterministic, check_plan, cheapest
 from nlqo.testing.strategies import chain, comparisons, cost_models, plan, queries, star
@@ -77,8 +77,9 @@ def test_a_narrow_beam_is_reported_and_makes_the_plan_inexact():
         )
     )
     assert wide.stats.exact and wide.stats.beam_dropped == 0 and (wide.stats.beam, wide.stats.budget) == (32, 50_000)
-    assert narrow.stats.beam_dropped > 0 and not narrow.stats.exact
-    assert any("beam" in why for why in narrow.stats.inexact_because)
+    assert narrow.stats.beam_dropped == 1 and not narrow.stats.exact
+    assert narrow.stats.inexact_because == ("the beam of 1 cut 1 sub-plans",)
+    assert narrow.warnings == ("the DP's beam (1 sub-plans a frontier) cut 1: the plan may not be the cheapest",)
 
 
 def test_a_semantic_metric_makes_the_search_inexact_and_says_why():
@@ -387,6 +388,9 @@ def test_a_merge_check_is_constrained_to_yes_or_no_only_when_asked_and_the_backe
     ).optimize(parse(MERGES))
     (call,) = llm.merge_calls()
     assert call.get("constraint") == (_yes_no() if expected else None)
+    relation_calls = [c for c in llm.calls if c is not call]
+    assert len(relation_calls) == 4
+    assert all(c.get("constraint") == (RELATION_LABELS if expected else None) for c in relation_calls)
     assert "prefix_cache" not in call  # the plan in the prompt changes every time: no prefix worth keeping
     assert all(c.get("prefix_cache") is True for c in llm.calls if c is not call)
 
@@ -439,6 +443,12 @@ def test_a_merge_reply_starting_with_no_rejects_the_edge_and_the_plan_is_made_ag
             [9, 3, 5, 3],
             "x.nlqo:3: contradictory pins on lines 3, 5 and 9: parent pins make a cycle q1 -> q2 -> q3 -> q1 (a plan is a tree; drop or turn one of them)",
             (3, 5, 9),
+        ),
+        (  # a pin of another kind before them does not hide the parent pins
+            [("q4", "sibling", "q5"), ("q1", "parent", "q2"), ("q2", "parent", "q1")],
+            [1, 2, 3],
+            "x.nlqo:2: contradictory pins on lines 2 and 3: parent pins make a cycle q1 -> q2 -> q1 (a plan is a tree; drop or turn one of them)",
+            (2, 3),
         ),
         (
             [("q2", "sibling", "q1"), ("q1", "none", "q2")],
@@ -546,3 +556,104 @@ def test_verify_stops_on_a_cycle_entered_from_outside_it():
     walker.start()
     walker.join(timeout=10)
     assert outcome == ["plan has a cycle"]
+
+
+def test_the_atom_limit_admits_exactly_that_many_atoms_and_says_how_to_raise_it():
+    assert len(Optimizer(cost_model=STRUCTURAL, max_atoms=3).optimize(chain(3)).tree.parent) == 3
+    with pytest.raises(LimitError) as info:
+        Optimizer(cost_model=STRUCTURAL, max_atoms=3).optimize(chain(4))
+    assert str(info.value) == (
+        "the query has 4 atoms, more than the optimizer plans (3; raise it with --max-atoms N or Optimizer(max_atoms=N))"
+    )
+
+
+def _cyclic_pins(program):
+    """A rewrite rule that pins q1 and q2 under each other."""
+    import attrs
+
+    from nlqo.ir import Relation
+
+    pins = (Relation("q1", "parent", "q2"), Relation("q2", "parent", "q1"))
+    return attrs.evolve(program, query=attrs.evolve(program.query, relations=pins))
+
+
+@pytest.mark.parametrize(
+    "rules, source", [((), "<query>"), ((("cyclic_pins", _cyclic_pins),), "<query after the rewrite rules>")]
+)
+def test_contradictory_pins_are_refused_before_and_after_the_rewrite_rules_naming_which(rules, source):
+    from nlqo.ir import Relation
+
+    q = chain(2)
+    if not rules:
+        import attrs
+
+        q = attrs.evolve(q, relations=(Relation("q1", "parent", "q2"), Relation("q2", "parent", "q1")))
+    with pytest.raises(IRSemanticError) as info:
+        Optimizer(cost_model=STRUCTURAL, rules=rules).optimize(q)
+    assert str(info.value) == (
+        f"{source}: contradictory pins: parent pins make a cycle q1 -> q2 -> q1 (a plan is a tree; drop or turn one of them)"
+    )
+
+
+@pytest.mark.parametrize("rules, merged", [(None, True), ((), False)])
+def test_the_default_rewrite_rules_run_unless_told_none(rules, merged):
+    q = parse('q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?a, "P", "X")\nanswer ?a')
+    p = Optimizer(cost_model=STRUCTURAL, rules=rules).optimize(q)
+    if merged:
+        assert [(x.id, x.reason) for x in p.left_out] == [("q3", "merged into q1 (the same triple)")]
+        assert dict(p.tree.parent) == {"q1": ROOT, "q2": ROOT}
+    else:
+        assert p.left_out == () and dict(p.tree.parent) == {"q1": ROOT, "q2": ROOT, "q3": ROOT}
+
+
+def test_a_search_reports_its_work_and_falls_back_to_greedy_past_its_pair_budget():
+    """chain(3): q1 and q3 share no variable (one pruned pair); the DP needs 6 sub-plan pairs."""
+    p = Optimizer(cost_model=STRUCTURAL, rules=()).optimize(chain(3))
+    s = p.stats
+    assert (s.method, s.fallback, s.exact, s.inexact_because) == ("dp", False, True, ())
+    assert (s.subsets, s.pairs, s.candidates, s.pruned_pairs, s.budget, s.beam, s.beam_dropped) == (
+        10,
+        6,
+        1,
+        1,
+        50_000,
+        32,
+        0,
+    )
+    enough = Optimizer(cost_model=STRUCTURAL, rules=(), budget=6).optimize(chain(3))
+    assert (enough.stats.method, enough.stats.pairs, enough.warnings) == ("dp", 6, ())
+    short = Optimizer(cost_model=STRUCTURAL, rules=(), budget=5).optimize(chain(3))
+    assert (short.stats.method, short.stats.fallback, short.stats.exact, short.stats.pairs) == (
+        "greedy",
+        True,
+        False,
+        5,
+    )
+    assert short.stats.inexact_because == ("the DP's budget of 5 sub-plan pairs ran out (greedy fallback)",)
+    assert short.warnings == ("the DP considered 5 sub-plan pairs without finishing: greedy search used",)
+    assert short.tree == p.tree and short.stats.candidates == 1
+
+
+def test_every_metric_the_search_cannot_prune_on_is_named():
+    def fan_out(tree, ctx):
+        return float(max((len(kids) for node, kids in tree.children.items() if node != ROOT), default=0))
+
+    def bare(tree, ctx):
+        return float(sum(1 for node, kids in tree.children.items() if not kids))
+
+    model = CostModel.parse("cost = depth - fan_out - bare", metrics={"fan_out": fan_out, "bare": bare})
+    p = Optimizer(cost_model=model, rules=()).optimize(chain(3))
+    assert p.stats.inexact_because == ("the search cannot prune on bare, fan_out (not declared structural)",)
+    assert not p.stats.exact and p.stats.method == "dp"
+
+
+def test_planning_time_is_the_wall_time_of_optimize_in_milliseconds():
+    import time
+
+    from nlqo.llm import ScriptedLLM
+
+    slow = ScriptedLLM([("Relation of A", lambda prompt: time.sleep(0.05) or "sibling")])
+    started = time.perf_counter()
+    p = Optimizer(cost_model=STRUCTURAL, llm=slow, rules=()).optimize(star(2))
+    wall_ms = (time.perf_counter() - started) * 1000
+    assert p.stats.llm_calls == 1 and 50 <= p.stats.planning_ms <= wall_ms
