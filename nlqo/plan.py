@@ -58,15 +58,15 @@ class Tree:
 
     def postorder(self, node: str | None = None) -> Iterator[str]:
         """Nodes children first, in the order a recursive post-order walk gives."""
-        out = [n for n, _ in self._mirrored_preorder(self.root if node is None else node)]
+        out = list(self._mirrored_preorder(self.root if node is None else node))
         return reversed(out)
 
-    def _mirrored_preorder(self, node: str) -> Iterator[tuple[str, int]]:
-        stack = [(node, 0)]
+    def _mirrored_preorder(self, node: str) -> Iterator[str]:
+        stack = [node]
         while stack:
-            current, d = stack.pop()
-            yield current, d
-            stack.extend((c, d + 1) for c in self.children[current])
+            current = stack.pop()
+            yield current
+            stack.extend(self.children[current])
 
     @functools.cached_property
     def heights(self) -> Mapping[str, int]:
