@@ -209,11 +209,59 @@ def test_check_monotone_accepts_a_flat_or_negative_metric_moving_as_declared():
     check_monotone(capped_deficit, attrs.evolve(shape, leaves=2, size=3), "leaves")  # -1 -> 0
 
 
+MIXED_TEXT = (
+    "param w = 2\ncost = -depth + edges * w - max(size, 1) / 3 + log(size + 1) - abs(imbalance - 1.5) + min(depth, 0.5)"
+)
+MIXED = CostModel.parse(MIXED_TEXT, name="mixed")
+
+
 def test_check_cost_formula_reads_every_construct_of_the_cost_language():
-    mixed = CostModel.parse(
-        "param w = 2\ncost = -depth + edges * w - max(size, 1) / 3 + log(size + 1) - abs(imbalance - 1.5) + min(depth, 0.5)",
-        name="mixed",
-    )
     plan = planned(SIBLINGS)  # depth 2, edges 4, size 3, imbalance 1
     expected = -2 + 4 * 2 - 3 / 3 + math.log(3 + 1) - abs(1 - 1.5) + min(2, 0.5)
-    assert check_cost_formula(mixed, plan) == pytest.approx(expected)
+    assert check_cost_formula(MIXED, plan) == pytest.approx(expected)
+
+
+class OffByHalf(CostModel):
+    """Adds 0.5 to what its formula gives: a broken evaluator."""
+
+    def evaluate_values(self, values):
+        return super().evaluate_values(values) + 0.5
+
+
+class OffByARoundingError(CostModel):
+    def evaluate_values(self, values):
+        return super().evaluate_values(values) + 1e-12
+
+
+class ParamsIgnored(CostModel):
+    """Ignores parameter overrides (``--param w=5`` does nothing)."""
+
+    def with_params(self, **params):
+        return self
+
+
+class Unreadable(CostModel):
+    def formula(self) -> str:
+        return "depth if edges else size"
+
+
+def test_check_cost_formula_rejects_each_broken_cost_model():
+    plan = planned(SIBLINGS)
+    good, formula = check_cost_formula(MIXED, plan), MIXED.formula()
+    with pytest.raises(InvariantError) as caught:
+        check_cost_formula(OffByHalf.parse(MIXED_TEXT, name="mixed"), plan)
+    assert str(caught.value) == f"cost model 'mixed' gives {good + 0.5}; its formula {formula} gives {good}"
+    with pytest.raises(InvariantError) as caught:
+        check_cost_formula(ParamsIgnored.parse(MIXED_TEXT, name="mixed"), plan)
+    overridden = check_cost_formula(MIXED.with_params(w=3.5), plan)  # w + 1.5
+    assert (
+        str(caught.value)
+        == f"cost model 'mixed' with {{'w': 3.5}} gives {good}; its formula {formula} gives {overridden}"
+    )
+    with pytest.raises(InvariantError, match=re.escape("cannot read IfExp(test=Name(id='edges'")):
+        check_cost_formula(Unreadable.parse("cost = depth", name="unreadable"), plan)
+
+
+def test_check_cost_formula_takes_a_rounding_error_near_zero():
+    plan = planned(SIBLINGS)  # depth 2: the cost is 0, or 1e-12 from an evaluator that rounds differently
+    assert check_cost_formula(OffByARoundingError.parse("cost = depth - 2", name="rounding"), plan) == 1e-12

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import attrs
 import pytest
 from hypothesis import given, settings
@@ -11,7 +13,7 @@ from nlqo.cost import CostModel, load_cost_model
 from nlqo.ir import Var
 from nlqo.llm.base import ChatMessage, Usage
 from nlqo.optimizer import Optimizer
-from nlqo.plan import ROOT
+from nlqo.plan import ROOT, LeftOut, Tree
 from nlqo.prompts import planning
 from nlqo.relations import RelationCache
 from nlqo.syntax import parse
@@ -234,6 +236,43 @@ def test_check_optimal_fails_on_a_plan_that_claims_an_optimum_it_missed():
     greedy = attrs.evolve(p, stats=attrs.evolve(p.stats, fallback=True, method="greedy"))
     with pytest.raises(InvariantError, match="the plan says exact, but the search was greedy"):
         check_optimal(greedy, STRUCTURAL)
+
+
+def test_check_optimal_fails_on_each_false_claim_of_exactness():
+    p = plan(star(3), cost_model=STRUCTURAL, seed=None)
+    assert p.stats.exact and p.stats.method == "dp"
+    for change, search in (
+        ({"fallback": True}, "dp, fallback=True, beam cut 0"),
+        ({"method": "greedy"}, "greedy, fallback=False, beam cut 0"),
+        ({"beam_dropped": 2}, "dp, fallback=False, beam cut 2"),
+    ):
+        with pytest.raises(InvariantError, match=re.escape(f"the plan says exact, but the search was {search}")):
+            check_optimal(attrs.evolve(p, stats=attrs.evolve(p.stats, **change)), STRUCTURAL)
+    fewer = attrs.evolve(
+        p, tree=Tree.build(ROOT, {"q1": ROOT, "q2": ROOT}, p.tree.order), left_out=(LeftOut("q3", "x"),)
+    )
+    with pytest.raises(InvariantError, match="the plan says exact but places 2 atoms; a valid tree places 3"):
+        check_optimal(fewer, STRUCTURAL)
+
+
+def test_check_optimal_allows_a_rounding_error_and_no_more():
+    p = plan(star(3), cost_model=STRUCTURAL, seed=None)
+    for model, best in ((CostModel.parse("cost = depth"), 1.0), (CostModel.parse("cost = 100 * depth"), 100.0)):
+        slack = 1e-9 * max(1.0, best)
+        check_optimal(attrs.evolve(p, cost=attrs.evolve(p.cost, total=best + slack)), model)
+        for total in (best + 1.5 * slack, best + 0.5):
+            with pytest.raises(InvariantError, match=re.escape(f"costs {total}; a valid tree costs {best}")):
+                check_optimal(attrs.evolve(p, cost=attrs.evolve(p.cost, total=total)), model)
+
+
+def test_check_optimal_reads_a_semantic_metric_with_the_embedder_given():
+    default = load_cost_model("default")
+    p = plan(star(3), cost_model=default, seed=None, embedder=HashEmbedder())
+    claimed = attrs.evolve(p, stats=attrs.evolve(p.stats, exact=True, inexact_because=()))
+    check_optimal(claimed, default, embedder=HashEmbedder())
+    worse = attrs.evolve(claimed, cost=attrs.evolve(p.cost, total=p.cost.total + 1))
+    with pytest.raises(InvariantError, match=re.escape(f"costs {p.cost.total + 1}; a valid tree costs {p.cost.total}")):
+        check_optimal(worse, default, embedder=HashEmbedder())
 
 
 def test_the_cache_oracle_refuses_a_torn_file(tmp_path):
