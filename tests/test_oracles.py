@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import attrs
@@ -15,7 +16,10 @@ from nlqo.llm.base import ChatMessage, Usage
 from nlqo.optimizer import Optimizer
 from nlqo.plan import ROOT, LeftOut, Tree
 from nlqo.prompts import planning
-from nlqo.relations import RelationCache
+import nlqo.relations as relations_module
+from nlqo.errors import ConfigError
+from nlqo.kinds import RelationKind
+from nlqo.relations import RelationCache, normalise_atom_text
 from nlqo.syntax import parse
 from nlqo.testing import InvariantError, check_cost_formula
 from nlqo.testing.oracles import (
@@ -282,6 +286,116 @@ def test_the_cache_oracle_refuses_a_torn_file(tmp_path):
         RelationCache.open(path)
     (tmp_path / "fresh").mkdir()
     check_relation_cache_round_trip(star(3), folder=tmp_path / "fresh")
+
+
+TWINS = parse(
+    'q1 = (?hub, "p0", "o0")\nq2 = (?hub, "p0", "o0")\nq3 = (?hub, "p1", "o1")\nrelation q3 parent q1\nanswer ?hub\n'
+)
+"""Two atoms of one text (their pair comes first), and a pinned pair."""
+
+
+def test_the_cache_oracle_holds_under_any_model_and_leaves_its_file_in_the_folder_given(tmp_path):
+    check_relation_cache_round_trip(star(3), DEEP, folder=tmp_path)
+    assert [f.name for f in tmp_path.glob("*.json")] == ["relations.json"]
+    check_relation_cache_round_trip(TWINS, DEEP)
+
+
+def test_the_cache_oracle_reads_relations_keyed_either_way_round(monkeypatch):
+    optimize = Optimizer.optimize
+
+    def keyed_by_id(self, query):
+        p = optimize(self, query)
+        flipped = {(b, a): RelationKind(k).flip() for (a, b), k in p.relations.items() if a > b}
+        return attrs.evolve(p, relations={**{k: v for k, v in p.relations.items() if k[0] < k[1]}, **flipped})
+
+    monkeypatch.setattr(Optimizer, "optimize", keyed_by_id)
+    check_relation_cache_round_trip(TWINS)
+
+
+def forgets_entries(monkeypatch):
+    monkeypatch.setattr(RelationCache, "get", lambda self, a, b: None)
+
+
+def does_not_flip(monkeypatch):
+    def unflipped(self, a, b):
+        ta, tb = normalise_atom_text(a), normalise_atom_text(b)
+        kind = self.entries.get(self._key(ta, tb)) or self.entries.get(self._key(tb, ta))
+        return RelationKind(kind) if kind is not None else None
+
+    monkeypatch.setattr(RelationCache, "get", unflipped)
+
+
+def counts_no_hits(monkeypatch):
+    optimize = Optimizer.optimize
+    monkeypatch.setattr(
+        Optimizer,
+        "optimize",
+        lambda self, q: attrs.evolve(p := optimize(self, q), stats=attrs.evolve(p.stats, cache_hits=0)),
+    )
+
+
+def reads_entries(change):
+    read = relations_module._read_entries
+
+    def reader(monkeypatch):
+        monkeypatch.setattr(relations_module, "_read_entries", lambda path: change(read, path))
+
+    return reader
+
+
+def _unnamed(read, path):
+    try:
+        return read(path)
+    except ConfigError:
+        raise ConfigError("not a relation cache") from None
+
+
+def _torn_read(read, path):
+    try:
+        return read(path)
+    except ConfigError:
+        return {}
+
+
+def _values_unchecked(read, path):
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if not isinstance(entries, dict):  # but the values are not checked
+        raise ConfigError(f"{path}: not a relation cache")
+    return entries
+
+
+BROKEN_CACHES = [
+    ("forgets entries", forgets_entries, "the LLM was asked about a pair the relation cache holds"),
+    ("does not flip", does_not_flip, "pair q2, q3: parent before saving, child from the cache"),
+    ("counts no hits", counts_no_hits, "the cache answered 0 pairs; the first run asked the LLM or the cache 2"),
+    (
+        "error names no file",
+        reads_entries(_unnamed),
+        "the error for a torn cache file does not name it: not a relation cache",
+    ),
+    ("reads a torn file", reads_entries(_torn_read), "a torn relation cache file was read without an error"),
+    ("values unchecked", reads_entries(_values_unchecked), "a foreign relation cache file was read without an error"),
+]
+
+
+@pytest.mark.parametrize("breaks, message", [b[1:] for b in BROKEN_CACHES], ids=[b[0] for b in BROKEN_CACHES])
+def test_the_cache_oracle_fails_on_each_broken_cache(monkeypatch, breaks, message):
+    monkeypatch.setattr("nlqo.optimizer.optimizer.verify", lambda plan, graph=None: plan)
+    breaks(monkeypatch)
+    with pytest.raises(InvariantError) as caught:
+        check_relation_cache_round_trip(TWINS)
+    assert str(caught.value) == message
+
+
+def test_the_cache_oracle_fails_on_a_metric_that_reads_the_order_of_the_lines():
+    first = CostModel.parse(
+        "cost = depth + first", name="first", metrics={"first": lambda tree, ctx: float(ctx.query.atoms[0].id[1:])}
+    )
+    with pytest.raises(InvariantError, match=re.escape("from the cache the plan costs 4.0, first 2.0")):
+        check_relation_cache_round_trip(star(3), first)
 
 
 @pytest.mark.parametrize("question", sorted(MOVIES.questions))
