@@ -657,3 +657,50 @@ def test_planning_time_is_the_wall_time_of_optimize_in_milliseconds():
     p = Optimizer(cost_model=STRUCTURAL, llm=slow, rules=()).optimize(star(2))
     wall_ms = (time.perf_counter() - started) * 1000
     assert p.stats.llm_calls == 1 and 50 <= p.stats.planning_ms <= wall_ms
+
+
+NO_RELATIONS = "no valid tree includes it: its relations allow it under no node (no pair with it is parent/child, and it mentions no answer variable)"
+UNDER_Q2 = "no valid tree includes it: it may only hang under q2, which the plan does not hold"
+STRANDED = 'q2 = (?c, "r", "z")\nq3 = (?d, "s", "w")\nq4 = (?a, "t", "u")\nrelation q2 parent q4\nanswer ?a'
+
+
+def test_atoms_no_tree_can_hold_are_left_out_each_with_its_reason_and_text():
+    p = Optimizer(cost_model=STRUCTURAL, rules=()).optimize(parse('q1 = (?a, "p", "x")\n' + STRANDED))
+    assert dict(p.tree.parent) == {"q1": ROOT}
+    assert [(x.id, x.reason, x.text) for x in p.left_out] == [
+        ("q2", NO_RELATIONS, "?c r z"),
+        ("q3", NO_RELATIONS, "?d s w"),
+        ("q4", UNDER_Q2, "?a t u"),
+    ]
+    assert p.warnings == ("no valid tree includes q2, q3, q4: planned the largest joinable set",)
+
+
+def test_a_query_no_atom_of_which_can_hang_under_the_question_is_an_error_giving_each_reason():
+    from nlqo.errors import OptimizeError
+
+    with pytest.raises(OptimizeError) as info:
+        Optimizer(cost_model=STRUCTURAL, rules=()).optimize(parse(STRANDED))
+    assert str(info.value) == (
+        "no atom can hang under the question, so there is nothing to plan "
+        f"(q2: {NO_RELATIONS}; q3: {NO_RELATIONS}; q4: {UNDER_Q2})"
+    )
+
+
+@pytest.mark.parametrize(
+    "under, placed, reason",
+    [
+        ((1, 2), set(), "no valid tree includes it: it may only hang under q1, q2, which the plan does not hold"),
+        ((1, 2), {"q1"}, "no valid tree includes it"),
+        ((0, 2), set(), "no valid tree includes it"),
+        ((), set(), NO_RELATIONS),
+    ],
+)
+def test_the_reason_an_atom_is_left_out_names_the_parents_it_may_have_only_when_none_is_in_the_plan(
+    under, placed, reason
+):
+    from nlqo.optimizer.graph import JoinGraph
+    from nlqo.optimizer.optimizer import _why_left_out
+
+    allowed = tuple(1 << 3 if p in under else 0 for p in range(4))
+    graph = JoinGraph(ids=(ROOT, "q1", "q2", "q3"), allowed=allowed, siblings=(0, 0, 0, 0))
+    assert _why_left_out("q3", placed, graph) == reason
