@@ -748,6 +748,7 @@ def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_node
     "timing, costs",
     [
         (dict(prefill_ms=0.001, decode_ms=0.1), (0.001, 0.1)),  # calls of less than a millisecond
+        (dict(generated=lambda n: 2 * n), (3.0, 90.0)),  # more tokens than asked for: the ones it reports count
         # the smallest system with one solution (determinant 1): a backend that answers in one token
         (dict(tokens=lambda p: 2 if p.startswith("The river") else 1, generated=lambda n: 1), (3.0, 90.0)),
         (dict(prefill_ms=0.0), None),  # the time does not grow with the prompt: no prefill cost to solve for
