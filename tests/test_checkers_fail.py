@@ -16,6 +16,7 @@ from nlqo.kinds import RelationKind
 from nlqo.optimizer import optimize
 from nlqo.plan import ROOT, LeftOut, Plan, Tree
 from nlqo.syntax import parse
+from nlqo.testing.fakes import HashEmbedder
 from nlqo.testing import InvariantError, check_cost_deterministic, check_cost_formula, check_monotone, check_plan
 
 STRUCTURAL = load_cost_model("structural")
@@ -141,6 +142,25 @@ def test_check_cost_deterministic_rejects_a_plan_reporting_another_cost():
     with pytest.raises(InvariantError, match=f"the plan reports cost {plan.cost.total + 1}, the model gives"):
         check_cost_deterministic(STRUCTURAL, wrong)
     assert check_cost_deterministic(STRUCTURAL, plan) == plan.cost.total
+
+
+def test_check_cost_deterministic_gives_a_metric_the_query_and_the_embedder_and_allows_rounding():
+    default = load_cost_model("default")  # similarity needs the embedder
+    plan = optimize(SIBLINGS, cost_model=default, embedder=HashEmbedder())
+    assert check_cost_deterministic(default, plan, embedder=HashEmbedder()) == plan.cost.total
+    atoms = CostModel.parse(
+        "cost = depth + atoms", name="atoms", metrics={"atoms": lambda t, ctx: len(ctx.query.atoms)}
+    )
+    zero = CostModel.parse("cost = depth - 2", name="zero")
+    for model, total, slack in ((atoms, 5.0, 5e-9), (zero, 0.0, 1e-9)):  # the cost 5 and 0
+        plan = optimize(SIBLINGS, cost_model=model)
+        assert plan.cost.total == total
+        for off in (slack / 2, slack if total == 0 else 0):  # exactly 1e-9 is representable at 0
+            check_cost_deterministic(model, attrs.evolve(plan, cost=attrs.evolve(plan.cost, total=total + off)))
+        with pytest.raises(
+            InvariantError, match=re.escape(f"the plan reports cost {total + 1.5 * slack}, the model gives {total}")
+        ):
+            check_cost_deterministic(model, attrs.evolve(plan, cost=attrs.evolve(plan.cost, total=total + 1.5 * slack)))
 
 
 def test_check_monotone_rejects_each_broken_declaration():

@@ -210,6 +210,18 @@ def test_the_merge_oracle_fails_on_each_broken_merge_check(monkeypatch, breaks, 
     assert str(caught.value) == message
 
 
+def test_the_cache_filler_answers_by_the_lengths_of_the_texts_and_refuses_when_told():
+    def asked(b: str) -> list[ChatMessage]:
+        return [ChatMessage("user", f"Question: q\nA: ?x p o\nB: {b}\nRelation of A to B:")]
+
+    filler = CacheFiller()
+    replies = [filler.chat(asked(b)) for b in ("?y q r", "?y q rr", "?y q r s", "?y q r st")]
+    assert [r.text for r in replies] == ["parent", "child", "sibling", "none"]  # (3 * 6 + len(B)) % 4
+    assert [r.usage for r in replies] == [Usage(calls=1)] * 4 and filler.calls == 4
+    with pytest.raises(InvariantError, match="^the LLM was asked about a pair the relation cache holds$"):
+        CacheFiller(refuse=True).chat(asked("?y q r"))
+
+
 def test_the_merge_judge_says_no_to_the_first_checks_it_is_told_to():
     merge = [ChatMessage("user", "Question: q\nPlan so far:\n?x p o\nAttach: ?x r s\nUnder: ?x p o\nSensible?")]
     judge = MergeJudge(reject=1)
