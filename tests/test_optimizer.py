@@ -704,3 +704,12 @@ def test_the_reason_an_atom_is_left_out_names_the_parents_it_may_have_only_when_
     allowed = tuple(1 << 3 if p in under else 0 for p in range(4))
     graph = JoinGraph(ids=(ROOT, "q1", "q2", "q3"), allowed=allowed, siblings=(0, 0, 0, 0))
     assert _why_left_out("q3", placed, graph) == reason
+
+
+def test_merge_checks_run_only_with_context_merge_and_an_llm():
+    llm = Recording(_judge("no"))
+    off = Optimizer(cost_model=CostModel.parse("cost = -depth"), llm=llm, context_merge=False).optimize(parse(MERGES))
+    assert llm.merge_calls() == [] and len(llm.calls) == 4
+    assert dict(off.tree.parent)["f"] == "p" and (off.stats.merge_checks, off.warnings) == (0, ())
+    no_llm = Optimizer(cost_model=CostModel.parse("cost = -depth"), context_merge=True).optimize(parse(MERGES))
+    assert (no_llm.stats.merge_checks, no_llm.stats.llm_calls, no_llm.warnings) == (0, 0, ())

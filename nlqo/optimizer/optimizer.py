@@ -141,7 +141,7 @@ class Optimizer:
         checks = rejections = 0
         usage = Usage()
         for round_ in range(self.max_merge_rounds + 1):
-            tree, cost, stats = self._search(q, graph, ctx)
+            tree, cost, stats = self._search(graph, ctx)
             if stats.fallback:
                 warnings.append(f"the DP considered {self.budget} sub-plan pairs without finishing: greedy search used")
             elif stats.beam_dropped:
@@ -156,14 +156,14 @@ class Optimizer:
             if rejected is None:
                 break
             rejections += 1
-            if round_ == self.max_merge_rounds:  # no round left to re-plan in: keep the edge, say so
+            if round_ < self.max_merge_rounds:
+                warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
+                graph = graph.without(*rejected)
+            else:  # no round left to re-plan in: keep the edge, say so
                 warnings.append(
                     f"merge check rejected {rejected[1]} under {rejected[0]}, but the merge rounds "
                     f"({self.max_merge_rounds}) are used up: the plan keeps that edge"
                 )
-                break
-            warnings.append(f"merge check rejected {rejected[1]} under {rejected[0]}: re-planned without that edge")
-            graph = graph.without(*rejected)
         return _Searched(tree, cost, stats, graph, tuple(warnings), checks, rejections, usage)
 
     def _left_out(self, q: Query, tree: Tree, graph: JoinGraph) -> tuple[tuple[LeftOut, ...], tuple[str, ...]]:
@@ -178,7 +178,7 @@ class Optimizer:
         )
         return tuple(LeftOut(a, _why_left_out(a, placed, graph), q.atom(a).text()) for a in unplaced), warnings
 
-    def _search(self, q: Query, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
+    def _search(self, graph: JoinGraph, ctx: CostContext) -> tuple[Tree, Cost, SearchStats]:
         model = self.cost_model
         result = dp.search(
             graph, budget=self.budget, beam=self.beam, directions=model.directions(), score=model.shape_cost
