@@ -212,7 +212,7 @@ def test_the_merge_oracle_fails_on_each_broken_merge_check(monkeypatch, breaks, 
 
 def test_the_cache_filler_answers_by_the_lengths_of_the_texts_and_refuses_when_told():
     def asked(b: str) -> list[ChatMessage]:
-        return [ChatMessage("user", f"Question: q\nA: ?x p o\nB: {b}\nRelation of A to B:")]
+        return [ChatMessage("user", f"Question: q\nA: ?x p o\nB: {b}\nRelation?")]
 
     filler = CacheFiller()
     replies = [filler.chat(asked(b)) for b in ("?y q r", "?y q rr", "?y q r s", "?y q r st")]
