@@ -713,3 +713,30 @@ def test_merge_checks_run_only_with_context_merge_and_an_llm():
     assert dict(off.tree.parent)["f"] == "p" and (off.stats.merge_checks, off.warnings) == (0, ())
     no_llm = Optimizer(cost_model=CostModel.parse("cost = -depth"), context_merge=True).optimize(parse(MERGES))
     assert (no_llm.stats.merge_checks, no_llm.stats.llm_calls, no_llm.warnings) == (0, 0, ())
+
+
+def test_the_join_graph_follows_relations_depths_and_pins():
+    """Depth-0 atoms and answer atoms hang under the question; parent/child relations give edges
+    either way; a pinned atom hangs only under its pin's parent; an answer atom with no pin only
+    under the question; siblings are marked both ways; ``none`` gives nothing."""
+    from nlqo.optimizer.graph import join_graph, parents_of
+
+    q = parse(
+        'q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?a, "r", "x")\nq4 = (?a, "s", "y")\nq5 = (?d, "t", "z")\n'
+        'q6 = (?a, "u", "w")\nrelation q2 parent q5\nrelation q1 sibling q4\nanswer ?a, q3, q5'
+    )
+    table = {("q1", "q2"): "parent", ("q1", "q3"): "child", ("q1", "q4"): "sibling", ("q3", "q4"): "child",
+             ("q2", "q5"): "parent", ("q4", "q5"): "parent", ("q1", "q5"): "none", ("q1", "q6"): "sibling",
+             ("q4", "q6"): "sibling"}  # fmt: skip
+    g = join_graph(q, table)
+    assert g.ids == (ROOT, "q1", "q2", "q3", "q4", "q5", "q6") and g.n == 7
+    assert {a: parents_of(g, a) for a in q.ids} == {
+        "q1": (ROOT, "q3"), "q2": ("q1",), "q3": (ROOT,), "q4": (ROOT,), "q5": ("q2",), "q6": (ROOT,)
+    }  # fmt: skip
+    assert not any(g.may_attach(node, ROOT) for node in g.ids)  # nothing hangs the question under itself
+    assert g.siblings == (0, 1 << 4 | 1 << 6, 0, 0, 1 << 1 | 1 << 6, 0, 1 << 1 | 1 << 4)
+    assert g.may_attach("q3", "q1") and not g.may_attach("q1", "q3") and not g.may_attach("q4", "q3")
+    assert g.may_attach(ROOT, "q4") and not g.may_attach(ROOT, "q5") and not g.may_attach("q5", "q5")
+    cut = g.without("q2", "q5")
+    assert parents_of(cut, "q5") == () and parents_of(cut, "q1") == (ROOT, "q3") and cut.siblings == g.siblings
+    assert parents_of(g, "q5") == ("q2",)  # without() made a new graph
