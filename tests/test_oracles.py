@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 from nlqo.cost import CostModel, load_cost_model
 from nlqo.ir import Var
 from nlqo.llm.base import ChatMessage, Usage
-from nlqo.optimizer import Optimizer
+from nlqo.optimizer import Optimizer, dp
+import nlqo.optimizer.optimizer as optimizer_module
+from nlqo.optimizer.greedy import greedy
 from nlqo.plan import ROOT, LeftOut, Tree
 from nlqo.prompts import planning
 import nlqo.relations as relations_module
@@ -428,3 +430,156 @@ def test_the_world_solves_atoms_with_bindings():
     assert MOVIES.solve("?d directed Jaws", {}) == (("Steven Spielberg", "directed", "Jaws"), {"d": "Steven Spielberg"})
     assert MOVIES.solve("?d born in ?c", {}) is None  # two facts match: ambiguous
     assert MOVIES.solve("?d born in ?c", {"d": "Ridley Scott"})[1] == {"d": "Ridley Scott", "c": "South Shields"}
+
+
+def searches(change):
+    """A broken search: ``change(optimizer, tree, cost, stats)`` gives what the real search's result becomes."""
+
+    def breaks(monkeypatch):
+        search = Optimizer._search
+        monkeypatch.setattr(Optimizer, "_search", lambda self, *args: change(self, *search(self, *args)))
+
+    return breaks
+
+
+def _costing(cost, total):
+    return attrs.evolve(cost, total=total)
+
+
+def _tolerance(total):
+    return 1e-9 * max(1.0, abs(total))
+
+
+def pays_for_its_pairs(self, tree, cost, stats):
+    return tree, _costing(cost, cost.total + stats.pairs), stats
+
+
+def finishing_costs_more(rise):
+    """The DP's plan (not the greedy fallback's) costs ``rise(total)`` more than it should."""
+
+    def change(self, tree, cost, stats):
+        return tree, cost if stats.fallback else _costing(cost, cost.total + rise(cost.total)), stats
+
+    return change
+
+
+def beam_keeps_the_worst_and_hides_its_cut(self, tree, cost, stats):
+    if not stats.beam_dropped:
+        return tree, cost, stats
+    hidden = attrs.evolve(stats, beam_dropped=0, exact=True, inexact_because=())
+    return tree, _costing(cost, cost.total + 1), hidden
+
+
+def beam_under_reports(shave, widest=1):
+    """A plan from a cut beam of at least ``widest`` reports ``shave(total)`` less than it costs."""
+
+    def change(self, tree, cost, stats):
+        if stats.beam_dropped and self.beam >= widest:
+            return tree, _costing(cost, cost.total - shave(cost.total)), stats
+        return tree, cost, stats
+
+    return change
+
+
+def falls_back_at_its_budget(monkeypatch):
+    """The DP gives up one pair early: a budget of exactly the pairs it needs falls back to greedy."""
+    search = dp.search
+    monkeypatch.setattr(dp, "search", lambda graph, *, budget, **options: search(graph, budget=budget - 1, **options))
+
+
+def falls_back_short(monkeypatch):
+    """As above, and the greedy fallback stops one atom short."""
+    falls_back_at_its_budget(monkeypatch)
+    monkeypatch.setattr(optimizer_module, "greedy", lambda graph, score: dict(list(greedy(graph, score).items())[:-1]))
+
+
+LEVEL = CostModel.parse("cost = imbalance - depth - edges + 6", name="level")
+"""DEEP moved to cost 0 on star(3) with CacheFiller's relations."""
+
+BROKEN_SEARCHES = [
+    # (what is broken, how, query, cost model, the oracle's message); star(3) takes 7 sub-plan pairs, and its
+    # plans under DEEP cost -7 (-6 with CacheFiller's relations, where a beam of 1 cuts and a beam of 2 does not)
+    (
+        "pays for its pairs",
+        searches(pays_for_its_pairs),
+        star(3),
+        DEEP,
+        "budget 3 gives a costlier plan (-4.0) than budget 0 (-7.0)",
+    ),
+    (
+        "finishing costs 0.5 more",
+        searches(finishing_costs_more(lambda total: 0.5)),
+        star(3),
+        DEEP,
+        "budget 7 gives a costlier plan (-6.5) than budget 3 (-7.0)",
+    ),
+    (
+        "finishing costs 1.5 rounding errors more",
+        searches(finishing_costs_more(lambda total: 1.5 * _tolerance(total))),
+        star(3),
+        CostModel.parse("cost = depth", name="depth"),  # the plan costs 1 (flat)
+        "budget 7 gives a costlier plan (1.0000000015) than budget 3 (1.0)",
+    ),
+    (
+        "beam hides its cut",
+        searches(beam_keeps_the_worst_and_hides_its_cut),
+        star(3),
+        DEEP,
+        "a beam of 1 gives an exact plan costing -5.0; the full search -6.0",
+    ),
+    (
+        "beam under-reports by 0.5",
+        searches(beam_under_reports(lambda total: 0.5)),
+        star(3),
+        DEEP,
+        "a beam of 1 gives a cheaper plan (-6.5) than the full search (-6.0)",
+    ),
+    (
+        "beam under-reports by 1.5 rounding errors at 0",
+        searches(beam_under_reports(lambda total: 1.5e-9)),
+        star(3),
+        LEVEL,
+        "a beam of 1 gives a cheaper plan (-1.5e-09) than the full search (0.0)",
+    ),
+    (
+        "a wider beam under-reports",
+        searches(beam_under_reports(lambda total: 1.0, widest=2)),
+        star(4),  # a beam of 2 cuts too, a beam of 3 not
+        STRUCTURAL,
+        "a beam of 2 gives a cheaper plan (-8.0) than the full search (-7.0)",
+    ),
+    (
+        "falls back at its budget",
+        falls_back_at_its_budget,
+        star(3),
+        DEEP,
+        "a budget of 7 sub-plan pairs, what the unbounded search considered, did not finish the search",
+    ),
+    (
+        "falls back short",
+        falls_back_short,
+        star(3),
+        DEEP,
+        "a budget of 7 sub-plan pairs, what the unbounded search considered, did not finish the search",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "breaks, query, model, message", [b[1:] for b in BROKEN_SEARCHES], ids=[b[0] for b in BROKEN_SEARCHES]
+)
+def test_the_search_oracle_fails_on_each_broken_search(monkeypatch, breaks, query, model, message):
+    monkeypatch.setattr("nlqo.optimizer.optimizer.verify", lambda plan, graph=None: plan)
+    breaks(monkeypatch)
+    with pytest.raises(InvariantError) as caught:
+        check_search_monotone(query, model)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("model", [STRUCTURAL, DEEP, LEVEL, CostModel.parse("cost = depth", name="depth")])
+def test_the_search_oracle_allows_a_rounding_error_and_no_more(monkeypatch, model):
+    searches(finishing_costs_more(_tolerance))(monkeypatch)
+    check_search_monotone(star(3), model)
+    monkeypatch.undo()
+    searches(beam_under_reports(_tolerance))(monkeypatch)
+    check_search_monotone(star(3), model)
