@@ -496,6 +496,27 @@ def falls_back_short(monkeypatch):
 LEVEL = CostModel.parse("cost = imbalance - depth - edges + 6", name="level")
 """DEEP moved to cost 0 on star(3) with CacheFiller's relations."""
 
+
+def needs_many_pairs(monkeypatch):
+    """The DP counts each sub-plan pair 10 000 times: star(3) takes 70 000, more than the default budget,
+    as a star of 16 atoms does (cheaply)."""
+    search = dp.search
+
+    def scaled(graph, *, budget, **options):
+        result = search(graph, budget=budget // 10_000, **options)
+        return attrs.evolve(result, pairs=result.pairs * 10_000)
+
+    monkeypatch.setattr(dp, "search", scaled)
+
+
+def both(*breaks):
+    def breaking(monkeypatch):
+        for b in breaks:
+            b(monkeypatch)
+
+    return breaking
+
+
 BROKEN_SEARCHES = [
     # (what is broken, how, query, cost model, the oracle's message); star(3) takes 7 sub-plan pairs, and its
     # plans under DEEP cost -7 (-6 with CacheFiller's relations, where a beam of 1 cuts and a beam of 2 does not)
@@ -562,6 +583,20 @@ BROKEN_SEARCHES = [
         DEEP,
         "a budget of 7 sub-plan pairs, what the unbounded search considered, did not finish the search",
     ),
+    (
+        "needs many pairs and falls back at its budget",
+        both(needs_many_pairs, falls_back_at_its_budget),
+        star(3),
+        DEEP,
+        "a budget of 70000 sub-plan pairs, what the unbounded search considered, did not finish the search",
+    ),
+    (
+        "needs many pairs and a beam under-reports",
+        both(needs_many_pairs, searches(beam_under_reports(lambda total: 0.5))),
+        star(3),
+        DEEP,
+        "a beam of 1 gives a cheaper plan (-6.5) than the full search (-6.0)",
+    ),
 ]
 
 
@@ -583,3 +618,20 @@ def test_the_search_oracle_allows_a_rounding_error_and_no_more(monkeypatch, mode
     monkeypatch.undo()
     searches(beam_under_reports(_tolerance))(monkeypatch)
     check_search_monotone(star(3), model)
+
+
+def greedy_finds_worse(self, tree, cost, stats):
+    """Not a broken search: the greedy fallback may well find a costlier plan than the DP."""
+    return tree, _costing(cost, cost.total + 1) if stats.fallback else cost, stats
+
+
+def test_the_search_oracle_gives_its_searches_all_the_room_they_need(monkeypatch):
+    needs_many_pairs(monkeypatch)
+    check_search_monotone(star(3), DEEP)
+    searches(greedy_finds_worse)(monkeypatch)  # a full search that fell back would lose to the beam
+    check_search_monotone(star(3), DEEP)
+
+
+def test_the_search_oracle_plans_without_the_rewrite_rules():
+    """The rules would merge the duplicate atom: then a beam's exact plan would cost what three atoms do."""
+    check_search_monotone(with_duplicate(star(3)))
