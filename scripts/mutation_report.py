@@ -5,7 +5,8 @@ mutants of tests/mutation_equivalent.txt set apart, the command and its wall tim
     python scripts/mutation_report.py [--mutants mutants] [--seconds N] [--docs docs/testing.md]
 
 Reads mutmut's result files (``mutants/<path>.meta``, one per mutated source file). The score is
-killed (timeouts count as killed, as mutmut counts them) over the mutants that are not equivalent.
+killed (timeouts count as killed, as mutmut counts them) over the mutants checked that are not
+equivalent; a run still going (or stopped) shows how many are not checked yet.
 """
 
 from __future__ import annotations
@@ -56,8 +57,8 @@ def report(mutants: Path, seconds: float | None) -> str:
     found = verdicts(mutants)
     known = equivalent()
     rows = [
-        "| module | mutants | killed | timeout | survived | no tests | equivalent | score |",
-        "|---|---|---|---|---|---|---|---|",
+        "| module | mutants | not checked | killed | timeout | survived | no tests | equivalent | score |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     total: Counter[str] = Counter()
     for module, by_name in found.items():
@@ -68,9 +69,10 @@ def report(mutants: Path, seconds: float | None) -> str:
     rows.append(_row("**all**", total))
     wall = f", {seconds / 60:.0f} minutes wall time on this machine" if seconds else ""
     survivors = total["survived"] + total["no tests"]
+    partial = f" **Partial**: {total['not checked']} mutants not checked yet." if total["not checked"] else ""
     return "\n".join(
         [
-            f"`{COMMAND}` (mutmut 3.8.1{wall}); score = (killed + timeout) / (mutants - equivalent).",
+            f"`{COMMAND}` (mutmut 3.8.1{wall}); score = (killed + timeout) / (mutants checked - equivalent).{partial}",
             "",
             *rows,
             "",
@@ -81,11 +83,11 @@ def report(mutants: Path, seconds: float | None) -> str:
 
 
 def _row(name: str, c: Counter[str]) -> str:
-    live = c["mutants"] - c["equivalent"]
+    live = c["mutants"] - c["not checked"] - c["equivalent"]
     score = f"{100 * (c['killed'] + c['timeout']) / live:.1f}%" if live else "-"
     return (
-        f"| {name} | {c['mutants']} | {c['killed']} | {c['timeout']} | {c['survived']} | {c['no tests']} | "
-        f"{c['equivalent']} | {score} |"
+        f"| {name} | {c['mutants']} | {c['not checked']} | {c['killed']} | {c['timeout']} | {c['survived']} | "
+        f"{c['no tests']} | {c['equivalent']} | {score} |"
     )
 
 
