@@ -635,3 +635,109 @@ def test_the_search_oracle_gives_its_searches_all_the_room_they_need(monkeypatch
 def test_the_search_oracle_plans_without_the_rewrite_rules():
     """The rules would merge the duplicate atom: then a beam's exact plan would cost what three atoms do."""
     check_search_monotone(with_duplicate(star(3)))
+
+
+def test_reordered_reverses_the_relation_lines_too():
+    assert [(r.left, r.kind, r.right) for r in reordered(PINS).relations] == [
+        ("q4", "none", "q1"),
+        ("q3", "sibling", "q4"),
+        ("q2", "parent", "q3"),
+    ]
+
+
+PINS = parse(
+    'q1 = (?a, "p", "o")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", ?c)\nq4 = (?c, "t", "u")\n'
+    "relation q2 parent q3\nrelation q3 sibling q4\nrelation q4 none q1\nanswer ?a\n"
+)
+
+
+def _first_name(tree, ctx):
+    return float(len(min(v for a in ctx.query.atoms for v in a.variables)))
+
+
+def _first_line(tree, ctx):
+    return float(ctx.query.atoms[0].id[1:])
+
+
+def optimizes(change):
+    """A broken optimizer: ``change(query, plan)`` gives what the real plan becomes."""
+
+    def breaks(monkeypatch):
+        optimize = Optimizer.optimize
+        monkeypatch.setattr(Optimizer, "optimize", lambda self, query: change(query, optimize(self, query)))
+
+    return breaks
+
+
+def _swapped(plan, a, b):
+    """The plan with atoms ``a`` and ``b`` trading places in its tree (the same shape, the same cost)."""
+    swap = {a: b, b: a}
+    parent = {swap.get(c, c): swap.get(p, p) for c, p in plan.tree.parent}
+    return attrs.evolve(plan, tree=Tree.build(ROOT, parent, plan.tree.order))
+
+
+def _renamed(query):
+    return any(v.endswith("_r") for a in query.atoms for v in a.variables)
+
+
+def _left_out(plan, reason):
+    """The plan with the duplicate's left-out entry given ``reason`` (or dropped, for ``None``)."""
+    kept = tuple(
+        x if x.id != "dup0" else attrs.evolve(x, reason=reason) for x in plan.left_out if reason or x.id != "dup0"
+    )
+    return attrs.evolve(plan, left_out=kept)
+
+
+BROKEN_INVARIANCE = [
+    # (what is broken, how, cost model, the oracle's message) on chain(3): $root -> q1 -> q2 -> q3, cost -3
+    (
+        "a metric reads variable names",
+        None,
+        CostModel.parse("cost = depth + name", name="named", metrics={"name": _first_name}),
+        "renamed variables: cost 7.0, the query itself 5.0",
+    ),
+    (
+        "a metric reads the first line",
+        None,
+        CostModel.parse("cost = depth + first", name="first", metrics={"first": _first_line}),
+        "reordered lines: cost 6.0, the query itself 4.0",
+    ),
+    (
+        "ties broken by variable names",
+        optimizes(lambda q, p: _swapped(p, "q1", "q3") if _renamed(q) else p),
+        STRUCTURAL,
+        "renamed variables: tree (('q1', 'q2'), ('q2', 'q3'), ('q3', '$root')), "
+        "the query itself (('q1', '$root'), ('q2', 'q1'), ('q3', 'q2'))",
+    ),
+    (
+        "a duplicate moves the tree",
+        optimizes(lambda q, p: _swapped(p, "q1", "q3") if "dup0" in q.ids else p),
+        DEEP,
+        "a duplicate atom changed the plan: (('q1', 'q2'), ('q2', 'q3'), ('q3', '$root')) (cost -6.0), "
+        "without it (('q1', '$root'), ('q2', 'q1'), ('q3', 'q2')) (cost -6.0)",
+    ),
+    (
+        "a merged duplicate forgotten",
+        optimizes(lambda q, p: _left_out(p, None)),
+        STRUCTURAL,
+        "the duplicate atom dup0 is not left out as merged: None",
+    ),
+    (
+        "a duplicate left out for another reason",
+        optimizes(lambda q, p: _left_out(p, "dropped")),
+        STRUCTURAL,
+        "the duplicate atom dup0 is not left out as merged: 'dropped'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "breaks, model, message", [b[1:] for b in BROKEN_INVARIANCE], ids=[b[0] for b in BROKEN_INVARIANCE]
+)
+def test_the_invariance_oracle_fails_on_each_broken_optimizer(monkeypatch, breaks, model, message):
+    monkeypatch.setattr("nlqo.optimizer.optimizer.verify", lambda plan, graph=None: plan)
+    if breaks is not None:
+        breaks(monkeypatch)
+    with pytest.raises(InvariantError) as caught:
+        check_invariance(chain(3), model)
+    assert str(caught.value) == message
