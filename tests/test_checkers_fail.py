@@ -136,6 +136,27 @@ def test_check_cost_deterministic_rejects_a_metric_that_reads_dict_order():
             check_cost_deterministic(ordered, plan, seed=seed)
 
 
+def test_check_cost_deterministic_shuffles_by_its_seed_alone_and_by_default_as_seed_0():
+    def second_pair(tree, ctx):
+        return float(list(ctx.relations)[1][1][1:])  # the right atom of the pair that happens to come second
+
+    ordered = CostModel.parse("cost = depth + second", name="ordered", metrics={"second": second_pair})
+    plan = optimize(PINNED, cost_model=ordered)
+
+    def caught(**seed) -> bool:
+        try:
+            check_cost_deterministic(ordered, plan, **seed)
+        except InvariantError:
+            return True
+        return False
+
+    verdicts = {seed: caught(seed=seed) for seed in range(6)}
+    assert not verdicts[0] and verdicts[1]  # seed 1's shuffle moves the second pair, seed 0's does not
+    for seed, verdict in verdicts.items():  # a seed gives one verdict, every time
+        assert [caught(seed=seed) for _ in range(10)] == [verdict] * 10
+    assert [caught() for _ in range(10)] == [verdicts[0]] * 10
+
+
 def test_check_cost_deterministic_rejects_a_plan_reporting_another_cost():
     plan = planned(SIBLINGS)
     wrong = attrs.evolve(plan, cost=attrs.evolve(plan.cost, total=plan.cost.total + 1))
