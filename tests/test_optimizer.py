@@ -740,3 +740,67 @@ def test_the_join_graph_follows_relations_depths_and_pins():
     cut = g.without("q2", "q5")
     assert parents_of(cut, "q5") == () and parents_of(cut, "q1") == (ROOT, "q3") and cut.siblings == g.siblings
     assert parents_of(g, "q5") == ("q2",)  # without() made a new graph
+
+
+def _step_by_step_greedy(p, model):
+    """The greedy fallback by its definition: each step hangs the unplaced atom, under the placed
+    node, whose whole tree so far the cost model rates lowest (ties to the lower atom, then parent)."""
+    from nlqo.cost import CostContext
+    from nlqo.optimizer.graph import join_graph
+    from nlqo.plan import Tree
+
+    graph, ctx = join_graph(p.query, p.relations), CostContext(p.query, p.relations)
+    parent: dict[int, int] = {}
+    while True:
+        options = [
+            (c, q) for q in (0, *parent) for c in range(1, graph.n) if c not in parent and graph.allowed[q] >> c & 1
+        ]
+        if not options:
+            return Tree.build(ROOT, {graph.ids[c]: graph.ids[q] for c, q in parent.items()}, graph.ids)
+
+        def cost(option):
+            trial = {**parent, option[0]: option[1]}
+            tree = Tree.build(ROOT, {graph.ids[c]: graph.ids[q] for c, q in trial.items()}, graph.ids)
+            return (model.evaluate(tree, ctx).total, *option)
+
+        c, q = min(options, key=cost)
+        parent[c] = q
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(queries(max_atoms=6), cost_models(), st.integers(0, 3))
+def test_the_greedy_fallback_takes_the_cheapest_step_each_time(query, model, seed):
+    p = plan(query, cost_model=model, seed=seed, budget=0)
+    assert p.stats.method == "greedy"
+    assert p.tree == _step_by_step_greedy(p, model)
+
+
+def _graph(allowed, siblings):
+    """A join graph over the question and atoms a1..a4: ``allowed`` maps a parent index to its possible
+    children, ``siblings`` lists sibling pairs."""
+    from nlqo.optimizer.graph import JoinGraph
+
+    masks = [0] * 5
+    for a, b in siblings:
+        masks[a] |= 1 << b
+        masks[b] |= 1 << a
+    kids = tuple(sum(1 << c for c in allowed.get(p, ())) for p in range(5))
+    return JoinGraph(ids=(ROOT, "a1", "a2", "a3", "a4"), allowed=kids, siblings=tuple(masks))
+
+
+def test_greedy_counts_sibling_links_with_every_child_already_under_the_parent():
+    """a4 links with a2, the first of a1's two children: under a1 it adds an edge, under the question none."""
+    from nlqo.optimizer.greedy import greedy
+
+    graph = _graph({0: (1, 4), 1: (2, 3, 4)}, [(2, 3), (2, 4)])
+    assert greedy(graph, lambda s: -s.edges) == {1: 0, 2: 1, 3: 1, 4: 1}
+
+
+def test_greedy_keeps_the_sibling_links_above_a_deeper_trial():
+    """Hanging a4 under a1 re-folds the question's summary, whose children a1, a2, a3 keep their two links."""
+    from nlqo.optimizer.greedy import greedy
+
+    graph = _graph({0: (1, 2, 3, 4), 1: (4,)}, [(1, 2), (1, 3)])
+    assert greedy(graph, lambda s: -s.edges - s.height) == {1: 0, 2: 0, 3: 0, 4: 1}
+    # and counts no link that is not there: a3 under a1 re-folds a1, a2 (unlinked), so a3 goes beside a2
+    assert greedy(_graph({0: (1, 2, 3), 1: (3,)}, [(2, 3)]), lambda s: -s.edges) == {1: 0, 2: 0, 3: 0}
