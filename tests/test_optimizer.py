@@ -804,3 +804,16 @@ def test_greedy_keeps_the_sibling_links_above_a_deeper_trial():
     assert greedy(graph, lambda s: -s.edges - s.height) == {1: 0, 2: 0, 3: 0, 4: 1}
     # and counts no link that is not there: a3 under a1 re-folds a1, a2 (unlinked), so a3 goes beside a2
     assert greedy(_graph({0: (1, 2, 3), 1: (3,)}, [(2, 3)]), lambda s: -s.edges) == {1: 0, 2: 0, 3: 0}
+
+
+def test_the_relation_cache_keys_pairs_by_normalised_text_and_reads_them_from_either_side():
+    from nlqo.ir import Atom, Const, Var
+
+    cache = RelationCache()
+    a = Atom("q1", Var("Film"), Const("Released  in"), Const("1975"))
+    b = Atom("q2", Var("film"), Const("directed\tby"), Var("D"))
+    cache.put(a, b, "parent")
+    assert cache.entries == {"?film released in 1975\t?film directed by ?d": "parent"}
+    spaced = Atom("x", Var("FILM"), Const(" released in "), Const("1975"))
+    assert str(cache.get(spaced, b)) == "parent" and str(cache.get(b, spaced)) == "child"
+    assert cache.get(a, a) is None and cache.get(b, Atom("q3", Var("film"), Const("p"), Const("o"))) is None
