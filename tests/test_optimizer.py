@@ -817,3 +817,14 @@ def test_the_relation_cache_keys_pairs_by_normalised_text_and_reads_them_from_ei
     spaced = Atom("x", Var("FILM"), Const(" released in "), Const("1975"))
     assert str(cache.get(spaced, b)) == "parent" and str(cache.get(b, spaced)) == "child"
     assert cache.get(a, a) is None and cache.get(b, Atom("q3", Var("film"), Const("p"), Const("o"))) is None
+
+
+def test_depths_step_through_shared_variables_and_parent_pins_and_not_through_sibling_pins():
+    from nlqo.relations import depths
+
+    q = parse(
+        'q1 = (?a, "p", ?b)\nq2 = ("x", "r", ?c)\nq3 = ("y", "s", ?d)\nq4 = (?d, "t", ?e)\nq5 = (?b, "u", "z")\n'
+        'q6 = ("w", "v", "k")\nq7 = ("n", "m", ?z)\n'
+        "relation q1 sibling q2\nrelation q3 sibling q1\nrelation q4 parent q6\nanswer ?a"
+    )
+    assert depths(q) == {"q1": 0, "q2": 0, "q3": 0, "q4": 1, "q5": 1, "q6": 2, "q7": None}
