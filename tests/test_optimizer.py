@@ -828,3 +828,7 @@ def test_depths_step_through_shared_variables_and_parent_pins_and_not_through_si
         "relation q1 sibling q2\nrelation q3 sibling q1\nrelation q4 parent q6\nanswer ?a"
     )
     assert depths(q) == {"q1": 0, "q2": 0, "q3": 0, "q4": 1, "q5": 1, "q6": 2, "q7": None}
+    # a query built in code may name an answer variable no atom mentions: nothing is reachable
+    from nlqo.ir import Atom, Const, Query, Var
+
+    assert depths(Query(atoms=(Atom("q1", Var("a"), Const("p"), Const("x")),), answer=Var("zz"))) == {"q1": None}
