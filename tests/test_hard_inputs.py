@@ -233,3 +233,48 @@ def test_json_that_is_not_a_relation_cache_is_a_clear_error(tmp_path, content):
     with pytest.raises(ConfigError) as info:
         RelationCache.open(path)
     assert str(info.value) == f"{path}: not a relation cache (JSON object of pair -> kind)"
+
+
+def test_a_relation_cache_saves_one_sorted_entry_a_line_into_folders_it_makes(tmp_path, monkeypatch):
+    """Written beside the cache (not in the system temp folder, which may be another file system) and
+    renamed over it; the folders are made as needed."""
+    import tempfile
+
+    from nlqo.ir import Atom, Const, Var
+    from nlqo.relations import RelationCache
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no such temp folder"))
+    path = tmp_path / "deep" / "er" / "relations.json"
+    cache = RelationCache.open(path)
+    b = Atom("b", Var("x"), Const("p"), Const("o"))
+    cache.put(Atom("z", Var("x"), Const("z"), Const("1")), b, "sibling")
+    cache.put(Atom("a", Var("x"), Const("a"), Const("1")), b, "parent")
+    cache.save()
+    cache.save()  # again, over the existing folder and file
+    assert path.read_text(encoding="utf-8") == '{\n"?x a 1\\t?x p o": "parent",\n"?x z 1\\t?x p o": "sibling"\n}'
+    assert sorted(p.name for p in path.parent.iterdir()) == ["relations.json", "relations.json.lock"]
+
+
+def test_a_relation_cache_that_cannot_be_written_raises_the_write_error_and_leaves_no_temporary_file(
+    tmp_path, monkeypatch
+):
+    import os
+
+    from nlqo.ir import Atom, Const, Var
+    from nlqo.relations import RelationCache
+
+    def full(*args):
+        raise OSError("no space left on device")
+
+    def stuck(path):
+        raise PermissionError(f"cannot remove {path}")
+
+    cache = RelationCache.open(tmp_path / "relations.json")
+    cache.put(Atom("a", Var("x"), Const("a"), Const("1")), Atom("b", Var("x"), Const("p"), Const("o")), "parent")
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(OSError, match="no space left on device"):
+        cache.save()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["relations.json.lock"]
+    monkeypatch.setattr(os, "unlink", stuck)  # the temporary file cannot even be removed: still the write's error
+    with pytest.raises(OSError, match="no space left on device"):
+        cache.save()
