@@ -238,7 +238,9 @@ def test_json_that_is_not_a_relation_cache_is_a_clear_error(tmp_path, content):
 def test_a_relation_cache_saves_one_sorted_entry_a_line_into_folders_it_makes(tmp_path, monkeypatch):
     """Written beside the cache (not in the system temp folder, which may be another file system) and
     renamed over it; the folders are made as needed."""
+    import os
     import tempfile
+    from pathlib import Path
 
     from nlqo.ir import Atom, Const, Var
     from nlqo.relations import RelationCache
@@ -249,8 +251,17 @@ def test_a_relation_cache_saves_one_sorted_entry_a_line_into_folders_it_makes(tm
     b = Atom("b", Var("x"), Const("p"), Const("o"))
     cache.put(Atom("z", Var("x"), Const("z"), Const("1")), b, "sibling")
     cache.put(Atom("a", Var("x"), Const("a"), Const("1")), b, "parent")
+    renames = []
+    replace = os.replace
+
+    def watched(src, dst):  # the temporary file's name is what an interrupted save leaves behind
+        renames.append((Path(src).parent == path.parent, Path(src).name.startswith(".relations-"), Path(dst)))
+        replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", watched)
     cache.save()
     cache.save()  # again, over the existing folder and file
+    assert renames == [(True, True, path)] * 2
     assert path.read_text(encoding="utf-8") == '{\n"?x a 1\\t?x p o": "parent",\n"?x z 1\\t?x p o": "sibling"\n}'
     assert sorted(p.name for p in path.parent.iterdir()) == ["relations.json", "relations.json.lock"]
 

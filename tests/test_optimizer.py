@@ -832,3 +832,23 @@ def test_depths_step_through_shared_variables_and_parent_pins_and_not_through_si
     from nlqo.ir import Atom, Const, Query, Var
 
     assert depths(Query(atoms=(Atom("q1", Var("a"), Const("p"), Const("x")),), answer=Var("zz"))) == {"q1": None}
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_a_relation_question_shows_both_atoms_and_an_unreadable_reply_is_asked_once_more(constrained):
+    q = parse('q1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nanswer ?a')
+    llm = Recording(lambda prompt: "maybe", constraint="tokens" if constrained else None)
+    p = Optimizer(cost_model=STRUCTURAL, llm=llm, rules=(), constrained=constrained).optimize(q)
+    assert p.relations[("q1", "q2")] == "sibling" and p.relation_source[("q1", "q2")] == "default"
+    assert p.stats.llm_calls == 2 and p.stats.llm_usage.calls == 2 and p.stats.llm_usage.prompt_tokens == 2 * 14
+    asked = {
+        "prompt": "Question: \nA: ?a p x\nB: ?a r y\nRelation of A to B:",
+        "stop": ("\n",),
+        "max_tokens": 7 if constrained else 4,  # constrained: room for the longest word, which is never cut
+        "prefix_cache": True,
+        **({"constraint": RELATION_LABELS} if constrained else {}),
+    }
+    assert llm.calls == [asked, asked]
+    llm = Recording(lambda prompt: " Parent, I think", constraint=None)
+    p = Optimizer(cost_model=STRUCTURAL, llm=llm, rules=(), constrained=constrained).optimize(q)
+    assert p.relations[("q1", "q2")] == "parent" and p.relation_source[("q1", "q2")] == "llm" and len(llm.calls) == 1
