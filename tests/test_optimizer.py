@@ -852,3 +852,20 @@ def test_a_relation_question_shows_both_atoms_and_an_unreadable_reply_is_asked_o
     llm = Recording(lambda prompt: " Parent, I think", constraint=None)
     p = Optimizer(cost_model=STRUCTURAL, llm=llm, rules=(), constrained=constrained).optimize(q)
     assert p.relations[("q1", "q2")] == "parent" and p.relation_source[("q1", "q2")] == "llm" and len(llm.calls) == 1
+
+
+def test_resolve_says_which_pairs_are_pinned_and_counts_the_inferred_ones():
+    q = parse(
+        'q1 = (?a, "p", ?b)\nq2 = (?b, "q", "x")\nq3 = (?a, "r", "y")\nq4 = ("z", "s", ?c)\n'
+        "relation q3 sibling q1\nrelation q1 parent q4\nanswer ?a"
+    )
+    rel = resolve(q)
+    assert {k: str(v) for k, v in rel.source.items()} == {
+        ("q1", "q2"): "inferred", ("q1", "q3"): "pinned", ("q1", "q4"): "pinned",
+        ("q2", "q3"): "inferred", ("q2", "q4"): "inferred", ("q3", "q4"): "inferred",
+    }  # fmt: skip
+    assert {k: str(v) for k, v in rel.table.items()} == {
+        ("q1", "q2"): "parent", ("q1", "q3"): "sibling", ("q1", "q4"): "parent",
+        ("q2", "q3"): "none", ("q2", "q4"): "none", ("q3", "q4"): "none",
+    }  # fmt: skip
+    assert (rel.stats.inferred, rel.stats.pruned_pairs, rel.stats.llm_calls, rel.stats.cache_hits) == (4, 3, 0, 0)
