@@ -186,3 +186,26 @@ def test_an_arity_error_says_how_many_arguments_a_function_takes(monkeypatch):
         )
         == 7.0
     )
+
+
+@pytest.mark.parametrize("number", ["1234567", "0.1234567", "1e-07", "2.5", "123456789012.5"])
+def test_a_rendered_number_keeps_every_digit_and_reads_back_the_same(number):
+    model = CostModel.parse(f"cost = depth * {number}")
+    assert model.formula() == f"depth * {number}"
+    assert CostModel.parse(f"cost = {model.formula()}").expression == model.expression
+
+
+def test_the_formula_checker_agrees_on_a_constant_with_more_than_six_digits():
+    from nlqo.testing import check_cost_formula
+    from nlqo.testing.strategies import chain, plan
+
+    model = CostModel.parse("cost = depth * 1234567 - edges", name="wide")
+    assert check_cost_formula(model, plan(chain(3), cost_model=model, seed=None)) == 3 * 1234567 - 3
+
+
+@pytest.mark.parametrize(
+    "text", ["cost = depth * 1e999", "param w = 1e999\ncost = w * depth", "cost = min(depth, -1e999)"]
+)
+def test_a_number_too_large_for_a_float_is_refused_where_it_is(text):
+    with pytest.raises(CostModelError, match=r"line \d+, column \d+: 1e999 is too large a number"):
+        CostModel.parse(text)

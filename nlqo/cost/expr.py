@@ -178,7 +178,8 @@ def render(expr: Expr, outer: int = 0, right: bool = False) -> str:
     """
     match expr:
         case Num(value):
-            return f"{value:g}"
+            short = f"{value:g}"  # every digit kept where 6 significant ones would round: 1234567, 0.1234567
+            return short if float(short) == value else repr(value).removesuffix(".0")
         case Name(name):
             return name
         case Neg(operand):

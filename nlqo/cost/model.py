@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -49,7 +50,7 @@ class _ToExpr(lark.Transformer):
     """Parse tree -> :mod:`nlqo.cost.expr` nodes."""
 
     def number(self, items):
-        return Num(float(items[0]))
+        return Num(_finite(items[0]))
 
     def name(self, items):
         return Name(str(items[0]), items[0].line, items[0].column)
@@ -86,10 +87,18 @@ class _ToExpr(lark.Transformer):
         return Neg(items[0])
 
     def pos(self, items):
-        return float(items[0])
+        return _finite(items[0])
 
     def negnum(self, items):
-        return -float(items[0])
+        return -_finite(items[0])
+
+
+def _finite(token: lark.Token) -> float:
+    """A number of the cost language; one too large for a float (``1e999``) is refused."""
+    value = float(token)
+    if not math.isfinite(value):
+        raise CostModelError(f"line {token.line}, column {token.column}: {str(token)} is too large a number")
+    return value
 
 
 @attrs.frozen
