@@ -76,7 +76,7 @@ def report(mutants: Path, seconds: float | None) -> str:
             "",
             *rows,
             "",
-            f"{survivors} survivors untriaged; {total['equivalent']} mutants recorded as equivalent in "
+            f"{survivors} survived (or had no test) when last checked; {total['equivalent']} mutants recorded as equivalent in "
             "tests/mutation_equivalent.txt, each with its reason.",
         ]
     )
