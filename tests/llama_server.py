@@ -12,18 +12,17 @@ import contextlib
 import hashlib
 import importlib.util
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Iterator, Sequence
 
 import pytest
 from realmodels import unavailable
+
+from nlqo.eval.experiment import answers, free_port
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
@@ -48,21 +47,6 @@ def smollm2_gguf() -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _answers(url: str) -> bool:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    try:
-        with opener.open(url, timeout=2) as response:
-            return response.status == 200
-    except (urllib.error.URLError, OSError):
-        return False
-
-
 @contextlib.contextmanager
 def run_llama_server(
     model: Path, *, n_ctx: int = 2048, startup_timeout_s: float = 180.0, extra_args: Sequence[str] = ()
@@ -80,7 +64,7 @@ def run_llama_server(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + startup_timeout_s
-            while not _answers(base + "/models"):
+            while not answers(base + "/models"):
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     tail = log.read()[-3000:]
@@ -133,7 +117,7 @@ def run_slot_server(
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
         try:
             deadline = time.monotonic() + startup_timeout_s
-            while not _answers(f"http://127.0.0.1:{port}/health"):  # 200 once the model is loaded
+            while not answers(f"http://127.0.0.1:{port}/health"):  # 200 once the model is loaded
                 if process.poll() is not None or time.monotonic() > deadline:
                     log.seek(0)
                     pytest.fail(f"llama-server did not become ready on port {port}:\n{log.read()[-3000:]}")
