@@ -282,7 +282,7 @@ def quantize_table(records: list[dict], run: dict) -> str:
     rows = sorted((r for r in records if r["part"] == "quantize"), key=lambda r: list(RUNTIMES).index(r["runtime"]))
     base = rows[0]
     lines = [
-        f"Measured {base['measured_at'][:10]} on {run['machine']}, {run['cpus']} cores, load average {base['load_average']:.1f}, "
+        f"Measured {base['measured_at'][:10]} on {run.get('processor') or run['machine']}, {run['cpus']} cores, load average {base['load_average']:.1f}, "
         f"torch {base['torch']}, {base['threads']} threads, model `{base['model']}`, {base['prefill']}-token prefill, "
         f"{base['decode']} decode steps (`python benchmarks/bench_runtime.py --part quantize`).",
         "",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -49,6 +50,7 @@ def test_runner_measures_each_pair_once_rotating_the_configurations_and_resumes(
         (1, "a", 1, "context"),
     ]
     assert run["limit"] == 2 and run["experiment"] == "toy" and "out" not in run
+    assert run["cpus"] == os.cpu_count() and len(run["load_average"]) == 3  # the machine, as the bench loop records it
     assert all(r["measured_at"] >= run["started"] for r in records)
     calls.clear()
     ex.main(toy(calls), ["--out", str(tmp_path), "--limit", "3", "--no-docs"])

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -38,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 import attrs
 
 from nlqo.docblocks import write_block
+from nlqo.eval.host import load_average as load_average, machine, now, source_commit
 from nlqo.eval.records import append_records, read_records
 
 RECORDS = "records.jsonl"
@@ -115,25 +114,11 @@ def rotated(items: Sequence[str], shift: int) -> Iterable[str]:
     return [*items[shift:], *items[:shift]]
 
 
-def now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
-def machine() -> dict[str, Any]:
-    """The machine a run measured on."""
-    return {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version()}
-
-
 def load(out: Path) -> tuple[list[Record], dict[str, Any]]:
     """The records and ``run.json`` of a results folder (a torn last record is dropped: it runs again)."""
     run_path = out / RUN
     run = json.loads(run_path.read_text(encoding="utf-8")) if run_path.exists() else {}
     return read_records(out / RECORDS), run
-
-
-def load_average() -> list[float]:
-    """The machine's 1, 5 and 15 minute load averages (what else ran beside a measurement)."""
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 THREADS = Option.of("--threads", type=int, help="torch CPU threads (default: torch's, one per core)")
@@ -269,8 +254,6 @@ def main(experiment: Experiment, argv: Sequence[str] | None = None) -> int:
         options = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
         for k in ("out", "render", "force", "no_docs"):
             options.pop(k)
-        from nlqo.eval.runner import source_commit
-
         previous = load(out)[1]
         run = {
             "experiment": experiment.name,

@@ -11,11 +11,9 @@ of another model, index, question file or top-k is refused.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import fcntl
 import json
 import os
-import platform
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,6 +24,7 @@ from nlqo import __version__
 from nlqo.errors import ConfigError, NlqoError
 from nlqo.eval import plan_pages
 from nlqo.eval.datasets import YES_NO, Question, QuestionSet
+from nlqo.eval.host import machine, now, source_commit
 from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
@@ -68,44 +67,6 @@ def interleave(n_questions: int, names: Sequence[str]) -> list[tuple[int, str]]:
     return out
 
 
-def machine() -> dict[str, Any]:
-    """The machine a run ran on, with its load average when the run (re)started."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):
-        memory = None
-    return {
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-        "cpus": os.cpu_count(),
-        "memory_gib": None if memory is None else round(memory, 1),
-        "python": platform.python_version(),
-        "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
-    }
-
-
-def source_commit() -> str | None:
-    """The git commit nlqo runs from (``+dirty`` with uncommitted changes), or None outside a checkout."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10
-        )
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "nlqo"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if head.returncode != 0:
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-
-
 def run_record(
     strategy: Strategy,
     question: Question,
@@ -129,10 +90,6 @@ def run_record(
     if judge is not None:
         judged = judge.grade(question.question, question.answers, result.answer if result else "")
     return make_record(question, index, name, result, seconds, yes_no_question=yes_no, judge=judged, error=error)
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 @attrs.define(eq=False)
@@ -190,7 +147,7 @@ class Bench:
     def finish(self, info: dict[str, Any] | None = None) -> dict[str, Any]:
         """(Re)write ``summary.json``, ``results.md`` and the plots from the records on disk."""
         info = info if info is not None else _read_run(self.out / RUN)
-        info["finished"] = _now()
+        info["finished"] = now()
         _write_json(self.out / RUN, info)
         return self.write_summary(info)
 
@@ -275,11 +232,11 @@ class Bench:
                         f"{self.out} holds a run with {key}={old[key]!r}, not {info[key]!r}; "
                         "use another --out folder (or delete this one) to start a new run"
                     )
-            info["started"] = old.get("started", _now())
-            info["resumed"] = [*old.get("resumed", []), _now()]
+            info["started"] = old.get("started", now())
+            info["resumed"] = [*old.get("resumed", []), now()]
             info["commits"] = list(dict.fromkeys([*old.get("commits", [old.get("nlqo_commit")]), info["nlqo_commit"]]))
         else:
-            info["started"] = _now()
+            info["started"] = now()
         _write_json(path, info)
         return info
 
@@ -312,7 +269,7 @@ def refresh(folder: str | Path) -> None:
     bench = Bench(questions, dict.fromkeys(info["strategies"]), folder, seed=info.get("seed", 0), progress=False)  # type: ignore[arg-type]  # only read back, never run
     finished, resumed = info.get("finished"), info.get("resumed") or []
     still_going = not finished or any(at > finished for at in resumed)  # ISO times in UTC compare as text
-    bench.write_summary(info if not still_going else {**info, "summarized": _now()}, done)
+    bench.write_summary(info if not still_going else {**info, "summarized": now()}, done)
 
 
 def render_results(summary: dict[str, Any]) -> str:
