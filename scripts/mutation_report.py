@@ -3,15 +3,24 @@
 mutants of tests/mutation_equivalent.txt set apart, the command and its wall time.
 
     python scripts/mutation_report.py [--mutants mutants] [--seconds N] [--docs docs/testing.md]
+    python scripts/mutation_report.py --survivors        # what is left to triage, with each change
+    python scripts/mutation_report.py --change NAME...   # 'NAME | fingerprint | change' lines
 
 Reads mutmut's result files (``mutants/<path>.meta``, one per mutated source file). The score is
 killed (timeouts count as killed, as mutmut counts them) over the mutants checked that are not
 equivalent; a run still going (or stopped) shows how many are not checked yet.
+
+A mutant's name holds its number within its function, and mutmut numbers again when the function
+changes; so each equivalent entry carries a fingerprint of the change it was judged on, and an
+entry whose mutant now makes another change is stale: it counts by its verdict until re-triaged.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import difflib
+import hashlib
 import json
 import sys
 from collections import Counter
@@ -30,17 +39,55 @@ COMMAND = "make mutation"
 EQUIVALENT = REPO / "tests" / "mutation_equivalent.txt"
 
 
-def equivalent(path: Path = EQUIVALENT) -> dict[str, str]:
-    """Mutant name -> why the change cannot alter behaviour (``name | reason`` lines)."""
+def equivalent(path: Path = EQUIVALENT) -> dict[str, tuple[str, str]]:
+    """Mutant name -> (fingerprint of its change, why the change cannot alter behaviour), from
+    ``name | fingerprint | why`` lines."""
     out = {}
     if path.exists():
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip() and not line.startswith("#"):
-                name, sep, why = line.partition(" | ")
-                if not sep or not why.strip():
-                    raise SystemExit(f"{path}:{n}: write 'mutant name | why it is equivalent'")
-                out[name.strip()] = why.strip()
+                fields = [f.strip() for f in line.split(" | ", 2)]
+                if len(fields) < 3 or not all(fields):
+                    raise SystemExit(f"{path}:{n}: write 'mutant name | fingerprint | why it is equivalent'")
+                out[fields[0]] = (fields[1], fields[2])
     return out
+
+
+def change(mutants: Path, name: str) -> str | None:
+    """The lines mutant ``name`` changes in its function (``-`` old, ``+`` new), read from mutmut's
+    mutated copy of the source; None if the mutant is not there.
+
+    >>> change(Path("/nowhere"), "pkg.mod.x_f__mutmut_1") is None
+    True
+    """
+    parts = name.split(".")
+    at = next((i for i, p in enumerate(parts) if p.startswith(("x_", "xǁ"))), None)
+    if at is None:
+        return None
+    base = Path(mutants, *parts[:at])
+    path = next((p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()), None)
+    if path is None:
+        return None
+    source = path.read_text(encoding="utf-8")
+    function, original = parts[at], parts[at].rsplit("__mutmut_", 1)[0] + "__mutmut_orig"
+    bodies = {
+        node.name: (ast.get_source_segment(source, node) or "").replace(node.name, "F", 1).splitlines()
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (function, original)
+    }
+    if len(bodies) < 2:
+        return None
+    diff = difflib.unified_diff(bodies[original], bodies[function], lineterm="", n=0)
+    return "\n".join(line.rstrip() for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+
+
+def fingerprint(text: str) -> str:
+    """A short digest of a mutant's change (whitespace inside lines ignored).
+
+    >>> fingerprint("- a  +  b\n+ a + c") == fingerprint("- a + b\n+ a + c")
+    True
+    """
+    return hashlib.sha256(" ".join(text.split()).encode("utf-8")).hexdigest()[:10]
 
 
 def verdicts(mutants: Path) -> dict[str, dict[str, str]]:
@@ -53,9 +100,20 @@ def verdicts(mutants: Path) -> dict[str, dict[str, str]]:
     return out
 
 
-def report(mutants: Path, seconds: float | None) -> str:
+def judged(mutants: Path, found: dict[str, dict[str, str]], listed: Path = EQUIVALENT) -> tuple[set[str], list[str]]:
+    """The equivalent entries of ``listed`` that hold for the mutants as they are now, and the stale
+    ones (their mutant is gone or makes another change than the one judged)."""
+    entries, names = equivalent(listed), {name for by_name in found.values() for name in by_name}
+    held, stale = set(), []
+    for name, (digest, _) in entries.items():
+        now = change(mutants, name) if name in names else None
+        (held.add(name) if now is not None and fingerprint(now) == digest else stale.append(name))
+    return held, sorted(stale)
+
+
+def report(mutants: Path, seconds: float | None, listed: Path = EQUIVALENT) -> str:
     found = verdicts(mutants)
-    known = equivalent()
+    known, stale = judged(mutants, found, listed)
     rows = [
         "| module | mutants | not checked | killed | timeout | survived | no tests | equivalent | score |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -77,9 +135,21 @@ def report(mutants: Path, seconds: float | None) -> str:
             *rows,
             "",
             f"{survivors} survived (or had no test) when last checked; {total['equivalent']} mutants recorded as equivalent in "
-            "tests/mutation_equivalent.txt, each with its reason.",
+            "tests/mutation_equivalent.txt, each with its reason"
+            + (f"; {len(stale)} stale entries there (their mutant changed), counted by verdict: " if stale else ".")
+            + ", ".join(f"`{n}`" for n in stale),
         ]
     )
+
+
+def survivors(mutants: Path, listed: Path = EQUIVALENT) -> list[str]:
+    """The survivors (and mutants with no test) not recorded as equivalent, each with its change."""
+    found = verdicts(mutants)
+    known, _ = judged(mutants, found, listed)
+    left = [
+        n for by_name in found.values() for n, v in by_name.items() if v in ("survived", "no tests") and n not in known
+    ]
+    return [f"{n}\n{change(mutants, n)}" for n in left]
 
 
 def _row(name: str, c: Counter[str]) -> str:
@@ -96,10 +166,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutants", type=Path, default=REPO / "mutants", help="mutmut's work folder")
     parser.add_argument("--seconds", type=float, help="wall time of the run, for the report")
     parser.add_argument("--docs", type=Path, help="write the report between the mutation-report markers of this file")
+    parser.add_argument("--survivors", action="store_true", help="list what is left to triage, with each change")
+    parser.add_argument("--change", nargs="+", metavar="NAME", help="print 'NAME | fingerprint | change' for mutants")
     args = parser.parse_args(argv)
     if not args.mutants.is_dir():
         print(f"{args.mutants}: no mutmut results here; run make mutation", file=sys.stderr)
         return 2
+    if args.change or args.survivors:
+        for name in args.change or []:
+            text = change(args.mutants, name)
+            print(f"{name} | {fingerprint(text) if text is not None else '?'} | {text}")
+        print("\n\n".join(survivors(args.mutants)) if args.survivors else "", end="")
+        return 0
     text = report(args.mutants, args.seconds)
     if args.docs:
         write_block(args.docs, "mutation-report", text)
