@@ -869,3 +869,37 @@ def test_resolve_says_which_pairs_are_pinned_and_counts_the_inferred_ones():
         ("q2", "q3"): "none", ("q2", "q4"): "none", ("q3", "q4"): "none",
     }  # fmt: skip
     assert (rel.stats.inferred, rel.stats.pruned_pairs, rel.stats.llm_calls, rel.stats.cache_hits) == (4, 3, 0, 0)
+
+
+def test_the_dp_frontier_keeps_the_first_of_equals_and_drops_what_a_new_entry_dominates():
+    from nlqo.cost.shape import Shape
+    from nlqo.optimizer.dp import Entry, _insert
+
+    dims = (("height", 0), ("edges", -1), ("leaves", 1))  # height must match; more edges, fewer leaves win
+    score = lambda shape: shape.leaves - shape.edges  # noqa: E731
+    first, same = (
+        Entry(Shape(height=1, edges=2, leaves=2), ((1, 0),)),
+        Entry(Shape(height=1, edges=2, leaves=2), ((2, 0),)),
+    )
+    frontier, dropped = _insert([], first, dims, 8, score)
+    assert [f[2] for f in frontier] == [first] and dropped == 0
+    # an equal entry is dominated by the one already there: the first found stays
+    assert [f[2] for f in _insert(frontier, same, dims, 8, score)[0]] == [first]
+    # better in one direction and equal in the other: it replaces the old one
+    one_better = Entry(Shape(height=1, edges=3, leaves=2), ((3, 0),))
+    assert [f[2] for f in _insert(frontier, one_better, dims, 8, score)[0]] == [one_better]
+    # better in both directions: replaces it too
+    both = Entry(Shape(height=1, edges=3, leaves=1), ((4, 0),))
+    assert [f[2] for f in _insert(frontier, both, dims, 8, score)[0]] == [both]
+    # worse in one direction: not added
+    assert [f[2] for f in _insert(frontier, Entry(Shape(height=1, edges=2, leaves=3), ()), dims, 8, score)[0]] == [
+        first
+    ]
+    # incomparable, or another height (an equal dimension): both kept
+    trade = Entry(Shape(height=1, edges=3, leaves=3), ((5, 0),))
+    taller = Entry(Shape(height=2, edges=1, leaves=3), ((6, 0),))
+    assert [f[2] for f in _insert(frontier, trade, dims, 8, score)[0]] == [first, trade]
+    assert [f[2] for f in _insert(frontier, taller, dims, 8, score)[0]] == [first, taller]
+    # a full beam keeps the best by score and counts what it dropped
+    kept, dropped = _insert(_insert(frontier, trade, dims, 8, score)[0], taller, dims, 2, score)
+    assert [f[2] for f in kept] == [trade, first] and dropped == 1  # by score, then vector
