@@ -903,3 +903,21 @@ def test_the_dp_frontier_keeps_the_first_of_equals_and_drops_what_a_new_entry_do
     # a full beam keeps the best by score and counts what it dropped
     kept, dropped = _insert(_insert(frontier, trade, dims, 8, score)[0], taller, dims, 2, score)
     assert [f[2] for f in kept] == [trade, first] and dropped == 1  # by score, then vector
+    # a frontier within the beam keeps the order entries came in; a cut one is sorted by score, vector, the
+    # equal dimensions and then the parents
+    assert [f[2] for f in _insert(frontier, trade, dims, 2, score)[0]] == [first, trade]
+    low = Entry(Shape(height=0, edges=2, leaves=2), ((9, 0),))  # as good as first, but lower
+    kept, dropped = _insert(_insert(frontier, low, dims, 8, score)[0], taller, dims, 2, score)
+    assert [f[2] for f in kept] == [low, first] and dropped == 1
+
+
+def test_the_dp_defaults_to_the_structural_models_directions_and_score():
+    from nlqo.optimizer import dp
+
+    graph = _graph({0: (1, 2, 3, 4), 1: (2, 3, 4), 2: (3, 4), 3: (4,)}, [(2, 3), (3, 4)])
+    structural = {"edges": -1, "height": 1, "imbalance": 1, "size": -1}
+    for beam in (1, 2, 32):
+        default = dp.search(graph, beam=beam)
+        given = dp.search(graph, beam=beam, directions=structural, score=lambda s: s.height + s.imbalance - s.edges)
+        assert default == given
+    assert dp.search(graph, beam=1).beam_dropped > 0  # the score decided something
