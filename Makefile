@@ -14,7 +14,7 @@ MODEL ?= $(shell sed -n '/^    model: /{n;s/^ *"\(.*\)",$$/\1/p;}' nlqo/config.p
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: mutation demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
+.PHONY: mutation mutation-survivors demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -190,8 +190,17 @@ statistics-%: install $(VENV)/.model-$(MODEL)
 # Issue 42's mutation run (docs/testing.md): mutmut over the engine core ([tool.mutmut] in
 # pyproject.toml), then the report between docs/testing.md's mutation-report markers. Hours of CPU
 # on 2 cores; mutmut keeps its verdicts in mutants/ and re-tests only functions that changed, so a
-# killed run resumes. Not part of `make test` or CI (it does not fit CI's time).
+# killed run resumes; the verdicts are also kept in benchmarks/results/mutation/verdicts.json, from
+# which a new machine resumes (--restore). Not part of `make test` or CI (it does not fit CI's time).
 mutation: install-test
 	$(PY) -m pip install --quiet mutmut==3.8.1
+	$(PY) scripts/mutation_report.py --restore
 	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2; \
-	$(PY) scripts/mutation_report.py --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md
+	$(PY) scripts/mutation_report.py --save --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md
+
+# After new tests: test the survivors again (mutmut re-tests a mutant with a verdict only when named).
+mutation-survivors: install-test
+	$(PY) -m pip install --quiet mutmut==3.8.1
+	$(PY) scripts/mutation_report.py --restore
+	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2 $$($(PY) scripts/mutation_report.py --survivor-names); \
+	$(PY) scripts/mutation_report.py --save --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md

@@ -3,12 +3,20 @@
 mutants of tests/mutation_equivalent.txt set apart, the command and its wall time.
 
     python scripts/mutation_report.py [--mutants mutants] [--seconds N] [--docs docs/testing.md]
+    python scripts/mutation_report.py --restore          # before mutmut: resume from the committed verdicts
+    python scripts/mutation_report.py --save --seconds N # after it: commit-able verdicts, and the report
     python scripts/mutation_report.py --survivors        # what is left to triage, with each change
     python scripts/mutation_report.py --change NAME...   # 'NAME | fingerprint | change' lines
 
 Reads mutmut's result files (``mutants/<path>.meta``, one per mutated source file). The score is
 killed (timeouts count as killed, as mutmut counts them) over the mutants checked that are not
 equivalent; a run still going (or stopped) shows how many are not checked yet.
+
+A full run takes longer than one sitting on 2 cores, and ``mutants/`` does not outlive the machine;
+so the verdicts are kept in ``benchmarks/results/mutation/verdicts.json`` with mutmut's hash of each
+function, and ``--restore`` puts them back before mutmut runs: mutmut then tests only the mutants of
+functions that changed or were not reached (its own rule for a kept ``mutants/``), and skips the
+recorded equivalents (mutmut's "skipped").
 
 A mutant's name holds its number within its function, and mutmut numbers again when the function
 changes; so each equivalent entry carries a fingerprint of the change it was judged on, and an
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import datetime
 import difflib
 import hashlib
 import json
@@ -33,9 +42,13 @@ sys.path.insert(0, str(REPO))
 from nlqo.docblocks import write_block  # noqa: E402
 
 VERDICTS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", 24: "timeout",
-            -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked", 37: "caught by type check"}  # fmt: skip
+            -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked", 37: "caught by type check",
+            34: "not checked"}  # fmt: skip
 """mutmut 3.8's exit codes, as its ``stats.status_by_exit_code`` reads them (other codes: suspicious)."""
 COMMAND = "make mutation"
+SAVED = REPO / "benchmarks" / "results" / "mutation" / "verdicts.json"
+SKIPPED = 34
+"""mutmut's exit code for a mutant it was told not to test."""
 EQUIVALENT = REPO / "tests" / "mutation_equivalent.txt"
 
 
@@ -161,24 +174,80 @@ def _row(name: str, c: Counter[str]) -> str:
     )
 
 
+def save(mutants: Path, seconds: float | None, path: Path = SAVED) -> dict:
+    """Keep mutmut's verdicts and function hashes (``mutants/<file>.meta``) in ``path``, adding this
+    run's wall time to the runs recorded there."""
+    kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": []}
+    kept["files"] = {}
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        kept["files"][meta.relative_to(mutants).as_posix().removesuffix(".meta")] = {
+            "hash_by_function_name": data.get("hash_by_function_name", {}),
+            "exit_code_by_key": data["exit_code_by_key"],
+        }
+    if seconds:
+        kept["runs"].append({"ended": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                             "seconds": round(seconds)})  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(kept, indent=1, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
+    return kept
+
+
+def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tuple[int, int]:
+    """Before mutmut runs: write each saved file's verdicts where ``mutants/`` has none, and mark the
+    equivalent mutants not yet tested as skipped where their change can be checked. Returns (files
+    restored, mutants marked skipped)."""
+    restored = marked = 0
+    if path.exists():
+        for name, data in json.loads(path.read_text(encoding="utf-8"))["files"].items():
+            meta = mutants / f"{name}.meta"
+            if not meta.exists():
+                meta.parent.mkdir(parents=True, exist_ok=True)
+                meta.write_text(json.dumps(data), encoding="utf-8")
+                restored += 1
+    if mutants.is_dir():
+        held, _ = judged(mutants, verdicts(mutants), listed)
+        for meta in sorted(mutants.rglob("*.py.meta")):
+            data = json.loads(meta.read_text(encoding="utf-8"))
+            skip = [n for n, code in data["exit_code_by_key"].items() if code is None and n in held]
+            if skip:
+                data["exit_code_by_key"].update(dict.fromkeys(skip, SKIPPED))
+                meta.write_text(json.dumps(data), encoding="utf-8")
+                marked += len(skip)
+    return restored, marked
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mutants", type=Path, default=REPO / "mutants", help="mutmut's work folder")
     parser.add_argument("--seconds", type=float, help="wall time of the run, for the report")
     parser.add_argument("--docs", type=Path, help="write the report between the mutation-report markers of this file")
     parser.add_argument("--survivors", action="store_true", help="list what is left to triage, with each change")
+    parser.add_argument("--survivor-names", action="store_true", help="only their names (for mutmut run NAME...)")
     parser.add_argument("--change", nargs="+", metavar="NAME", help="print 'NAME | fingerprint | change' for mutants")
+    parser.add_argument("--restore", action="store_true", help="resume from the saved verdicts (run before mutmut)")
+    parser.add_argument("--save", action="store_true", help=f"keep the verdicts in {SAVED.relative_to(REPO)}")
     args = parser.parse_args(argv)
+    if args.restore:
+        restored, marked = restore(args.mutants)
+        print(f"restored the verdicts of {restored} files; {marked} equivalent mutants marked skipped", file=sys.stderr)
+        return 0
     if not args.mutants.is_dir():
         print(f"{args.mutants}: no mutmut results here; run make mutation", file=sys.stderr)
         return 2
+    if args.survivor_names:
+        print(" ".join(entry.split("\n", 1)[0] for entry in survivors(args.mutants)))
+        return 0
     if args.change or args.survivors:
         for name in args.change or []:
             text = change(args.mutants, name)
             print(f"{name} | {fingerprint(text) if text is not None else '?'} | {text}")
         print("\n\n".join(survivors(args.mutants)) if args.survivors else "", end="")
         return 0
-    text = report(args.mutants, args.seconds)
+    seconds = args.seconds
+    if args.save:
+        seconds = sum(run["seconds"] for run in save(args.mutants, args.seconds)["runs"]) or None
+    text = report(args.mutants, seconds)
     if args.docs:
         write_block(args.docs, "mutation-report", text)
     print(text)

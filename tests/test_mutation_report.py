@@ -72,3 +72,32 @@ def test_the_committed_equivalent_list_is_well_formed_and_within_the_issues_boun
     assert entries and all(len(digest) == 10 and why for digest, why in entries.values())
     # the issue's bound: no more than 10% of all mutants (3,832 when the list was written)
     assert len(entries) <= 383
+
+
+def test_saved_verdicts_restore_on_a_new_machine_and_equivalents_are_skipped_not_run(tmp_path):
+    folder = mutants(tmp_path, {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": None})
+    meta = folder / "pkg" / "mod.py.meta"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "hash_by_function_name": {"x_f": "abc"}}))
+    saved = tmp_path / "verdicts.json"
+    mr.save(folder, 60, saved)
+    kept = mr.save(folder, 30, saved)
+    assert kept["files"] == {
+        "pkg/mod.py": {
+            "hash_by_function_name": {"x_f": "abc"},
+            "exit_code_by_key": {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": None},
+        }
+    }
+    assert [run["seconds"] for run in kept["runs"]] == [60, 30]
+    # a new machine: no mutants/ yet; the verdicts and hashes go back where mutmut reads them
+    fresh = tmp_path / "fresh"
+    listed = tmp_path / "equivalent.txt"
+    listed.write_text("")
+    assert mr.restore(fresh, saved, listed) == (1, 0)
+    assert json.loads((fresh / "pkg" / "mod.py.meta").read_text()) == kept["files"]["pkg/mod.py"]
+    assert mr.restore(fresh, saved, listed) == (0, 0)  # what is there is kept
+    # where the mutated source is there, a listed equivalent not yet tested is marked skipped (34)
+    digest = mr.fingerprint(mr.change(folder, "pkg.mod.x_f__mutmut_2"))
+    listed.write_text(f"pkg.mod.x_f__mutmut_2 | {digest} | why\n")
+    assert mr.restore(folder, tmp_path / "none.json", listed) == (0, 1)
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 34}
+    assert "| `pkg/mod.py` | 2 | 0 | 1 | 0 | 0 | 0 | 1 | 100.0% |" in mr.report(folder, None, listed)
