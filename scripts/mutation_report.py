@@ -32,6 +32,7 @@ import difflib
 import hashlib
 import json
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def verdicts(mutants: Path) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         module = meta.relative_to(mutants).as_posix().removesuffix(".meta")
-        codes = json.loads(meta.read_text(encoding="utf-8"))["exit_code_by_key"]
+        codes = _read(meta)["exit_code_by_key"]
         out[module] = {name: VERDICTS.get(code, "suspicious") for name, code in codes.items()}
     return out
 
@@ -174,13 +175,23 @@ def _row(name: str, c: Counter[str]) -> str:
     )
 
 
+def _read(meta: Path) -> dict:
+    """A .meta file, read again if mutmut was writing it (it writes in place)."""
+    for _ in range(20):
+        try:
+            return json.loads(meta.read_text(encoding="utf-8"))
+        except ValueError:
+            time.sleep(0.1)
+    return json.loads(meta.read_text(encoding="utf-8"))
+
+
 def save(mutants: Path, seconds: float | None, path: Path = SAVED) -> dict:
     """Keep mutmut's verdicts and function hashes (``mutants/<file>.meta``) in ``path``, adding this
     run's wall time to the runs recorded there."""
     kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": []}
     kept["files"] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
-        data = json.loads(meta.read_text(encoding="utf-8"))
+        data = _read(meta)
         kept["files"][meta.relative_to(mutants).as_posix().removesuffix(".meta")] = {
             "hash_by_function_name": data.get("hash_by_function_name", {}),
             "exit_code_by_key": data["exit_code_by_key"],
@@ -201,9 +212,10 @@ def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tup
     if path.exists():
         for name, data in json.loads(path.read_text(encoding="utf-8"))["files"].items():
             meta = mutants / f"{name}.meta"
-            if not meta.exists():
+            if not meta.exists():  # mutmut's .meta layout, which it checks key by key
                 meta.parent.mkdir(parents=True, exist_ok=True)
-                meta.write_text(json.dumps(data), encoding="utf-8")
+                empty = {"type_check_error_by_key": {}, "durations_by_key": {}, "estimated_durations_by_key": {}}
+                meta.write_text(json.dumps({**data, **empty}), encoding="utf-8")
                 restored += 1
     if mutants.is_dir():
         held, _ = judged(mutants, verdicts(mutants), listed)
