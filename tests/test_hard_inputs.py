@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -221,6 +223,29 @@ def test_a_relation_cache_is_read_as_utf8_whatever_the_locale(tmp_path, monkeypa
     encoding, kind = out.get(timeout=120)
     proc.join(timeout=60)
     assert (encoding, kind, proc.exitcode) == ("ANSI_X3.4-1968", "child", 0)
+
+
+def test_a_relation_cache_is_read_as_utf8_in_this_process_under_an_ascii_ctype():
+    """The same in-process (where mutmut sees it): with LC_CTYPE switched to C, the locale's encoding
+    is ASCII (unless Python runs in UTF-8 mode), and the raw non-ASCII file still reads."""
+    import locale
+    import queue
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "relations.json"
+        text = json.dumps({"?x born in zürich\t?x lives in genève": "child"}, ensure_ascii=False)
+        path.write_text(text, encoding="utf-8")
+        saved = locale.setlocale(locale.LC_CTYPE)
+        out: queue.Queue = queue.Queue()
+        try:
+            locale.setlocale(locale.LC_CTYPE, "C")
+            _read_relation_under_the_c_locale(str(path), out)
+        finally:
+            locale.setlocale(locale.LC_CTYPE, saved)
+    encoding, kind = out.get_nowait()
+    assert kind == "child"
+    assert sys.flags.utf8_mode or encoding == "ANSI_X3.4-1968"
 
 
 @pytest.mark.parametrize("content", ['["a\\tb", "parent"]', '{"a\\tb": 1}', '{"a\\tb": null}', '"parent"'])
