@@ -121,7 +121,10 @@ def judged(mutants: Path, found: dict[str, dict[str, str]], listed: Path = EQUIV
     held, stale = set(), []
     for name, (digest, _) in entries.items():
         now = change(mutants, name) if name in names else None
-        (held.add(name) if now is not None and fingerprint(now) == digest else stale.append(name))
+        if now is not None and fingerprint(now) == digest:
+            held.add(name)
+        else:
+            stale.append(name)
     return held, sorted(stale)
 
 
@@ -220,7 +223,7 @@ def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tup
     if mutants.is_dir():
         held, _ = judged(mutants, verdicts(mutants), listed)
         for meta in sorted(mutants.rglob("*.py.meta")):
-            data = json.loads(meta.read_text(encoding="utf-8"))
+            data = _read(meta)
             skip = [n for n, code in data["exit_code_by_key"].items() if code is None and n in held]
             if skip:
                 data["exit_code_by_key"].update(dict.fromkeys(skip, SKIPPED))
