@@ -209,8 +209,8 @@ def save(mutants: Path, seconds: float | None, path: Path = SAVED) -> dict:
 
 def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tuple[int, int]:
     """Before mutmut runs: write each saved file's verdicts where ``mutants/`` has none, and mark the
-    equivalent mutants not yet tested as skipped where their change can be checked. Returns (files
-    restored, mutants marked skipped)."""
+    equivalent mutants not yet tested as skipped where their change can be checked (and a skipped one
+    whose entry is gone or stale as untested again). Returns (files restored, mutants marked skipped)."""
     restored = marked = 0
     if path.exists():
         for name, data in json.loads(path.read_text(encoding="utf-8"))["files"].items():
@@ -224,9 +224,11 @@ def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tup
         held, _ = judged(mutants, verdicts(mutants), listed)
         for meta in sorted(mutants.rglob("*.py.meta")):
             data = _read(meta)
-            skip = [n for n, code in data["exit_code_by_key"].items() if code is None and n in held]
-            if skip:
-                data["exit_code_by_key"].update(dict.fromkeys(skip, SKIPPED))
+            codes = data["exit_code_by_key"]
+            skip = [n for n, code in codes.items() if code is None and n in held]
+            unskip = [n for n, code in codes.items() if code == SKIPPED and n not in held]  # entry gone or stale
+            if skip or unskip:
+                codes.update({**dict.fromkeys(skip, SKIPPED), **dict.fromkeys(unskip)})
                 meta.write_text(json.dumps(data), encoding="utf-8")
                 marked += len(skip)
     return restored, marked

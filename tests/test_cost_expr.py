@@ -195,6 +195,11 @@ def test_a_rendered_number_keeps_every_digit_and_reads_back_the_same(number):
     assert CostModel.parse(f"cost = {model.formula()}").expression == model.expression
 
 
+@pytest.mark.parametrize(("written", "shown"), [("1000000", "1e+06"), ("0.00001", "1e-05"), ("3.0", "3")])
+def test_a_rendered_number_takes_the_short_form_where_it_is_exact(written, shown):
+    assert CostModel.parse(f"cost = depth * {written}").formula() == f"depth * {shown}"
+
+
 def test_the_formula_checker_agrees_on_a_constant_with_more_than_six_digits():
     from nlqo.testing import check_cost_formula
     from nlqo.testing.strategies import chain, plan

@@ -107,3 +107,10 @@ def test_saved_verdicts_restore_on_a_new_machine_and_equivalents_are_skipped_not
     assert mr.restore(folder, tmp_path / "none.json", listed) == (0, 1)
     assert json.loads(meta.read_text())["exit_code_by_key"] == {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 34}
     assert "| `pkg/mod.py` | 2 | 0 | 1 | 0 | 0 | 0 | 1 | 100.0% |" in mr.report(folder, None, listed)
+    # an entry taken back (or gone stale) makes its mutant untested again
+    listed.write_text("")
+    mr.restore(folder, tmp_path / "none.json", listed)
+    assert json.loads(meta.read_text())["exit_code_by_key"] == {
+        "pkg.mod.x_f__mutmut_1": 1,
+        "pkg.mod.x_f__mutmut_2": None,
+    }
