@@ -914,10 +914,15 @@ def test_the_dp_frontier_keeps_the_first_of_equals_and_drops_what_a_new_entry_do
 def test_the_dp_defaults_to_the_structural_models_directions_and_score():
     from nlqo.optimizer import dp
 
-    graph = _graph({0: (1, 2, 3, 4), 1: (2, 3, 4), 2: (3, 4), 3: (4,)}, [(2, 3), (3, 4)])
     structural = {"edges": -1, "height": 1, "imbalance": 1, "size": -1}
-    for beam in (1, 2, 32):
-        default = dp.search(graph, beam=beam)
-        given = dp.search(graph, beam=beam, directions=structural, score=lambda s: s.height + s.imbalance - s.edges)
-        assert default == given
-    assert dp.search(graph, beam=1).beam_dropped > 0  # the score decided something
+    dense = _graph({0: (1, 2, 3, 4), 1: (2, 3, 4), 2: (3, 4), 3: (4,)}, [(2, 3), (3, 4)])
+    cut = _graph({0: (4,), 1: (4,), 2: (1,), 3: (1, 2, 4), 4: (1, 3)}, [(1, 2), (2, 4)])  # where a beam of 1 cuts
+    for graph in (dense, cut):
+        for beam in (1, 2, 32):
+            default = dp.search(graph, beam=beam)
+            given = dp.search(graph, beam=beam, directions=structural, score=lambda s: s.height + s.imbalance - s.edges)
+            assert default == given
+    # on the second graph the score decides what a beam of 1 keeps: no score, or edges counted the other way, differ
+    assert dp.search(cut, beam=1).beam_dropped > 0
+    for other in (lambda s: 0, lambda s: s.height + s.imbalance + s.edges):
+        assert dp.search(cut, beam=1, score=other) != dp.search(cut, beam=1)
