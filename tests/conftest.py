@@ -33,6 +33,24 @@ def pytest_collection_modifyitems(config, items):
         items[:] = kept
 
 
+MUTANT_MEMORY = 4 * 2**30
+"""Memory a mutant's test run may take beyond what it holds at the start (mutmut forks it)."""
+
+
+def pytest_configure(config):
+    """Under mutmut, cap a mutant's memory: a mutant that grows a list forever (``node = None`` for
+    ``stack.pop()``) then fails with MemoryError, a kill, instead of filling the machine before its
+    timeout."""
+    if "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", ""):
+        import resource
+
+        with open("/proc/self/statm") as statm:
+            held = int(statm.read().split()[0]) * resource.getpagesize()
+        hard = resource.getrlimit(resource.RLIMIT_AS)[1]
+        soft = held + MUTANT_MEMORY
+        resource.setrlimit(resource.RLIMIT_AS, (soft if hard == resource.RLIM_INFINITY else min(soft, hard), hard))
+
+
 def _fastest_first(items):
     """Order ``items`` by the durations mutmut recorded (``mutmut-stats.json`` in its work folder, the
     current directory), so that a mutant a quick test kills stops early (mutmut runs pytest with -x).
