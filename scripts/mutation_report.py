@@ -145,6 +145,8 @@ def report(mutants: Path, seconds: float | None, listed: Path = EQUIVALENT) -> s
     wall = f", {seconds / 60:.0f} minutes wall time on this machine" if seconds else ""
     survivors = total["survived"] + total["no tests"]
     partial = f" **Partial**: {total['not checked']} mutants not checked yet." if total["not checked"] else ""
+    if total["suspicious"]:  # another exit code (a crash, a kill by hand): in no column, so said here
+        partial += f" {total['suspicious']} mutants ended otherwise (mutmut: suspicious), counted in no column."
     return "\n".join(
         [
             f"`{COMMAND}` (mutmut 3.8.1{wall}); score = (killed + timeout) / (mutants checked - equivalent).{partial}",
