@@ -926,3 +926,26 @@ def test_the_dp_defaults_to_the_structural_models_directions_and_score():
     assert dp.search(cut, beam=1).beam_dropped > 0
     for other in (lambda s: 0, lambda s: s.height + s.imbalance + s.edges):
         assert dp.search(cut, beam=1, score=other) != dp.search(cut, beam=1)
+
+
+def test_every_complete_dp_entry_carries_the_shape_of_its_own_tree():
+    """The DP grows a sub-plan's summary one join at a time; folded afresh over the finished tree
+    (children in the order the DP attaches them), it must come out the same."""
+    import random
+
+    from nlqo.cost.shape import shape_of
+    from nlqo.optimizer import dp
+
+    draw, checked = random.Random(3), 0
+    for _ in range(60):
+        allowed = {p: tuple(c for c in range(1, 5) if c != p and draw.random() < 0.6) for p in range(5)}
+        graph = _graph(allowed, [(a, b) for a in range(1, 5) for b in range(a + 1, 5) if draw.random() < 0.4])
+        for entries in dp.search(graph).complete.values():
+            for entry in entries:
+                children: dict[int, list[int]] = {}
+                for child, parent in sorted(entry.parent):
+                    children.setdefault(parent, []).append(child)
+                related = lambda a, b: bool(graph.siblings[a] >> b & 1)  # noqa: B023, E731
+                assert shape_of(0, children, related, synthetic_root=0) == entry.shape, entry
+                checked += 1
+    assert checked > 500
