@@ -192,8 +192,9 @@ def _read(meta: Path) -> dict:
 
 def save(mutants: Path, seconds: float | None, path: Path = SAVED) -> dict:
     """Keep mutmut's verdicts and function hashes (``mutants/<file>.meta``) in ``path``, adding this
-    run's wall time to the runs recorded there."""
+    run's wall time to the runs recorded there if it changed a verdict."""
     kept = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"runs": []}
+    before = {name: data["exit_code_by_key"] for name, data in kept.get("files", {}).items()}
     kept["files"] = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         data = _read(meta)
@@ -201,7 +202,8 @@ def save(mutants: Path, seconds: float | None, path: Path = SAVED) -> dict:
             "hash_by_function_name": data.get("hash_by_function_name", {}),
             "exit_code_by_key": data["exit_code_by_key"],
         }
-    if seconds:
+    tested = {name: data["exit_code_by_key"] for name, data in kept["files"].items()} != before
+    if seconds and tested:  # a run that tested nothing (all verdicts kept) adds no time to the report
         kept["runs"].append({"ended": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
                              "seconds": round(seconds)})  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)

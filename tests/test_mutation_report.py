@@ -75,11 +75,14 @@ def test_the_committed_equivalent_list_is_well_formed_and_within_the_issues_boun
 
 
 def test_saved_verdicts_restore_on_a_new_machine_and_equivalents_are_skipped_not_run(tmp_path):
-    folder = mutants(tmp_path, {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": None})
+    codes = {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": None}
+    folder = mutants(tmp_path, {"pkg.mod.x_f__mutmut_1": None, "pkg.mod.x_f__mutmut_2": None})
     meta = folder / "pkg" / "mod.py.meta"
     meta.write_text(json.dumps({**json.loads(meta.read_text()), "hash_by_function_name": {"x_f": "abc"}}))
     saved = tmp_path / "verdicts.json"
     mr.save(folder, 60, saved)
+    assert [run["seconds"] for run in mr.save(folder, 45, saved)["runs"]] == [60]  # nothing tested: no time added
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "exit_code_by_key": codes}))
     kept = mr.save(folder, 30, saved)
     assert kept["files"] == {
         "pkg/mod.py": {
