@@ -227,6 +227,8 @@ def restore(mutants: Path, path: Path = SAVED, listed: Path = EQUIVALENT) -> tup
     if mutants.is_dir():
         held, _ = judged(mutants, verdicts(mutants), listed)
         for meta in sorted(mutants.rglob("*.py.meta")):
+            if not meta.with_suffix("").exists():  # not generated yet (a new machine): nothing to check against
+                continue
             data = _read(meta)
             codes = data["exit_code_by_key"]
             skip = [n for n, code in codes.items() if code is None and n in held]

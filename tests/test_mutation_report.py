@@ -117,3 +117,14 @@ def test_saved_verdicts_restore_on_a_new_machine_and_equivalents_are_skipped_not
         "pkg.mod.x_f__mutmut_1": 1,
         "pkg.mod.x_f__mutmut_2": None,
     }
+
+
+def test_a_new_machine_keeps_the_skipped_equivalents_until_their_mutants_exist(tmp_path):
+    """On a new machine restore runs before mutmut has written the mutated sources, so no entry can be
+    checked yet: a mutant saved as skipped stays skipped (it is not run again)."""
+    folder = mutants(tmp_path, {"pkg.mod.x_f__mutmut_1": 1, "pkg.mod.x_f__mutmut_2": 34})
+    saved = tmp_path / "verdicts.json"
+    mr.save(folder, 60, saved)
+    fresh = tmp_path / "fresh"
+    assert mr.restore(fresh, saved, tmp_path / "none.txt") == (1, 0)
+    assert json.loads((fresh / "pkg" / "mod.py.meta").read_text())["exit_code_by_key"]["pkg.mod.x_f__mutmut_2"] == 34
