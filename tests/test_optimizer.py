@@ -949,3 +949,17 @@ def test_every_complete_dp_entry_carries_the_shape_of_its_own_tree():
                 assert shape_of(0, children, related, synthetic_root=0) == entry.shape, entry
                 checked += 1
     assert checked > 500
+
+
+def test_the_dp_stops_on_looks_for_a_partner_as_well_as_on_pairs():
+    """Nine sub-plan pairs finish this search, but finding them takes between 110 and 120 looks for a
+    partner: a budget of 9 to 11 pairs allows only 90 to 110 looks (PROBES_PER_PAIR each), so the
+    search stops unfinished with every pair it needed; from 12 it finishes."""
+    from nlqo.optimizer import dp
+    from nlqo.optimizer.graph import JoinGraph
+
+    graph = JoinGraph(ids=(ROOT, *(f"a{i}" for i in range(1, 7))), allowed=(0, 32, 8, 0, 34, 16, 0), siblings=(0,) * 7)
+    assert dp.PROBES_PER_PAIR == 10
+    runs = {budget: dp.search(graph, budget=budget) for budget in (9, 11, 12, 10**6)}
+    assert all(run.pairs == 9 for run in runs.values())
+    assert [runs[b].exhausted for b in (9, 11, 12, 10**6)] == [True, True, False, False]
