@@ -963,3 +963,13 @@ def test_the_dp_stops_on_looks_for_a_partner_as_well_as_on_pairs():
     runs = {budget: dp.search(graph, budget=budget) for budget in (9, 11, 12, 10**6)}
     assert all(run.pairs == 9 for run in runs.values())
     assert [runs[b].exhausted for b in (9, 11, 12, 10**6)] == [True, True, False, False]
+
+
+def test_the_dp_tries_every_disjoint_child_after_an_overlapping_one():
+    """A child sub-plan that overlaps the parent's atoms is skipped, not the end of that child's list."""
+    from nlqo.optimizer import dp
+    from nlqo.optimizer.graph import JoinGraph
+
+    ids = (ROOT, *(f"a{i}" for i in range(1, 6)))
+    graph = JoinGraph(ids=ids, allowed=(0, 52, 56, 38, 8, 18), siblings=(0, 32, 16, 32, 4, 10))
+    assert dp.search(graph, budget=10**6).pairs == 143
