@@ -190,17 +190,16 @@ statistics-%: install $(VENV)/.model-$(MODEL)
 # Issue 42's mutation run (docs/testing.md): mutmut over the engine core ([tool.mutmut] in
 # pyproject.toml), then the report between docs/testing.md's mutation-report markers. Hours of CPU
 # on 2 cores; mutmut keeps its verdicts in mutants/ and re-tests only functions that changed, so a
-# killed run resumes; the verdicts are also kept in benchmarks/results/mutation/verdicts.json, from
-# which a new machine resumes (--restore). Not part of `make test` or CI (it does not fit CI's time).
+# killed run resumes (MUTANTS="NAME..." tests only those, again); the verdicts are also kept in
+# benchmarks/results/mutation/verdicts.json, from which a new machine resumes (--restore). Not part of `make test` or CI (it does not fit CI's time).
+MUTANTS ?=
 mutation: install-test
 	$(PY) -m pip install --quiet mutmut==3.8.1
 	$(PY) scripts/mutation_report.py --restore
-	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2; \
+	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2 $(MUTANTS); \
 	$(PY) scripts/mutation_report.py --save --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md
 
-# After new tests: test the survivors again (mutmut re-tests a mutant with a verdict only when named).
-mutation-survivors: install-test
-	$(PY) -m pip install --quiet mutmut==3.8.1
-	$(PY) scripts/mutation_report.py --restore
-	start=$$(date +%s); $(VENV)/bin/mutmut run --max-children 2 $$($(PY) scripts/mutation_report.py --survivor-names); \
-	$(PY) scripts/mutation_report.py --save --seconds $$(( $$(date +%s) - start )) --docs docs/testing.md
+# After new tests: test the survivors again (mutmut re-tests a mutant with a verdict only when named;
+# the names are read after --restore, where the recipe line runs).
+mutation-survivors:
+	$(MAKE) mutation MUTANTS='$$$$($(PY) scripts/mutation_report.py --survivor-names)'
