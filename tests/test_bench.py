@@ -18,9 +18,7 @@ from nlqo.cli.bench import command_line, expand_ablations
 from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
-from nlqo.eval.metrics import Interval
 from nlqo.eval.report import write_report
-from nlqo.eval.targets import across_sets, targets
 from nlqo.eval.runner import Bench, interleave, refresh
 from nlqo.llm.scripted import ScriptedLLM
 from nlqo.passages import Hit, Passage
@@ -233,7 +231,7 @@ def test_report_is_generated_between_markers(questions, tmp_path):
         in text
     )
     details = page.read_text()
-    assert details.startswith("# toy (toy-run): 5 questions\n") and "Targets:" not in details  # no auto, no targets
+    assert details.startswith("# toy (toy-run): 5 questions\n") and "Targets" not in details
     assert "[answers.md](../../../toy-run/answers.md)" in details  # relative to the page
     assert (page.parent / "toy-run" / "hops_histogram.png").is_file()
     assert "![toy hops_histogram](toy-run/hops_histogram.png)" in details
@@ -253,6 +251,32 @@ def test_report_is_generated_between_markers(questions, tmp_path):
     assert again.count("<!-- BEGIN bench-report -->") == 1 and again.endswith("Hand-written notes stay.\n")
     with pytest.raises(ConfigError, match="no summary.json"):
         write_report([tmp_path / "absent"], docs)
+
+
+def test_the_report_plots_every_set_with_its_baselines_sibling(questions, tmp_path):
+    from matplotlib.image import imread
+
+    from nlqo.eval.report import load_run, sets_panels
+
+    bench(questions, tmp_path / "runs" / "toy", make_strategies(["standard-rag"])).run()
+    docs = tmp_path / "docs" / "benchmarks.md"
+    plot = tmp_path / "docs" / "benchmarks" / "em_vs_seconds_sets.png"
+    write_report([tmp_path / "runs" / "toy"], docs)
+    assert not plot.exists() and "em_vs_seconds_sets" not in docs.read_text()  # no sibling, no plot
+    bench(questions, tmp_path / "runs" / "toy-baselines", make_strategies(["no-rag", "ircot"])).run()
+    write_report([tmp_path / "runs" / "toy", tmp_path / "runs" / "toy-baselines"], docs)
+    text = docs.read_text()
+    assert "![EM against seconds per question on every set](benchmarks/em_vs_seconds_sets.png)" in text
+    assert imread(plot).shape[0] > 100
+    # the sibling's strategies share the set's column, on their own question count
+    assert "| strategy | toy (n=5) |" in text and "| ircot | 100.0 · 1.0 s (first 5) |" in text
+    panels = sets_panels([load_run(tmp_path / "runs" / name) for name in ("toy", "toy-baselines")])
+    assert panels == [
+        (
+            "toy (n=5)",
+            [("standard-rag", 0.6, 1.0, 5, False), ("ircot", 1.0, 1.0, 5, True), ("no-rag", 0.0, 1.0, 5, True)],
+        )
+    ]
 
 
 def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
@@ -284,136 +308,6 @@ def test_the_report_summarizes_a_run_still_in_progress(questions, tmp_path):
     (tmp_path / "part" / "summary.json").unlink()  # a finished run summarized again from its records
     write_report([tmp_path / "part"], docs)
     assert "summarized while in progress" not in page.read_text() and ", finished 20" in page.read_text()
-
-
-def rows_of(targets: list[tuple[str, str, str]]) -> dict[str, tuple[str, str]]:
-    return {t: (m, v) for t, m, v in targets}
-
-
-def test_targets_compare_auto_and_the_engine_with_the_baselines():
-    results = {
-        "standard-rag": {"em": 0.30, "seconds": 2.0, "retrievals": 1.0, "demo_leaks": 0},
-        "iter-retgen": {"em": 0.32, "seconds": 10.0, "retrievals": 3.0, "demo_leaks": 0},
-        "linear": {"em": 0.36, "seconds": 3.0, "retrievals": 1.2, "demo_leaks": 1},
-        "tree": {"em": 0.20, "seconds": 9.0, "retrievals": 3.0, "parse_failed": 2, "demo_leaks": 0},
-        "auto": {"em": 0.34, "seconds": 3.0, "retrievals": 1.0, "parse_failed": 0, "demo_leaks": 0},
-    }
-    summary = {
-        "results": results,
-        "em_differences": [{"a": "iter-retgen", "b": "auto", "diff": -0.02, "low": -0.08, "high": 0.04}],
-    }
-    companion = {
-        "n": 100,
-        "results": {
-            "ircot": {"em": 0.40, "seconds": 5.0},
-            "self-ask": {"em": 0.1, "seconds": 1.0},
-            "auto": {"em": 0.35, "seconds": 2.4},
-            "linear": {"em": 0.42, "seconds": 3.1},
-        },
-        "differences": {
-            ("auto", "ircot"): Interval(-0.05, -0.15, 0.05),
-            ("linear", "ircot"): Interval(0.02, -0.06, 0.1),
-        },
-    }
-    rows = rows_of(targets(summary, companion))
-    # above iter-retgen on the run, below ircot on the first 100: not met
-    assert rows["auto EM >= every baseline's"] == (
-        "34.0: +2.0 [-4.0, +8.0] over iter-retgen; -5.0 [-15.0, +5.0] over ircot (first 100)",
-        "**not met**",
-    )
-    # the summary has no interval for linear and iter-retgen: the difference alone
-    assert rows["best engine strategy (linear) EM >= every baseline's"] == (
-        "36.0: +4.0 over iter-retgen; +2.0 [-6.0, +10.0] over ircot (first 100)",
-        "met",
-    )
-    alone = rows_of(targets({"results": {"auto": {"em": 0.3, "seconds": 1.0}}}))
-    assert alone["auto EM >= every baseline's"] == ("30.0: no baseline", "not measured")
-    assert rows["auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"] == (
-        "4 baselines, none dominates",
-        "met",
-    )
-    assert rows["auto s/question <= iter-retgen's"] == ("0.30x (3.00 s vs 10.00 s)", "met")
-    assert rows["auto s/question <= 0.5x ircot's"] == ("0.48x on the first 100 (2.40 s vs 5.00 s)", "met")
-    assert rows["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "**not met**")
-    assert rows["no parse failures (tree, auto)"] == ("tree 2, auto 0", "**not met**")
-    assert rows["no demonstration answer without a passage that holds it"] == ("linear 1", "**not met**")
-    # a ratio just above its limit does not read as the limit (MuSiQue's first 50: 34.09 s vs 67.85 s)
-    just_over = {
-        **companion,
-        "results": {
-            **companion["results"],
-            "auto": {"em": 0.35, "seconds": 34.09},
-            "ircot": {"em": 0.40, "seconds": 67.85},
-        },
-    }
-    assert rows_of(targets(summary, just_over))["auto s/question <= 0.5x ircot's"] == (
-        "0.502x on the first 100 (34.09 s vs 67.85 s)",
-        "**not met**",
-    )
-    on_hotpotqa = rows_of(targets({**summary, "dataset": "hotpotqa_dev_199"}, companion))
-    assert on_hotpotqa["linear retrievals/question > 1.5 (2Wiki, MuSiQue)"] == ("1.20", "not a target on HotpotQA")
-    faster = {**companion, "results": {**companion["results"], "self-ask": {"em": 0.35, "seconds": 1.0}}}
-    assert rows_of(targets(summary, faster))[
-        "auto on the EM-vs-seconds Pareto front (no baseline as accurate and faster)"
-    ] == ("dominated by self-ask (first 100)", "**not met**")
-    # ircot run beside auto in the same run (make ablation-timing) is the ratio taken, not the sibling's
-    side_by_side = {**summary, "results": {**results, "ircot": {"em": 0.30, "seconds": 7.5}}}
-    assert rows_of(targets(side_by_side, companion))["auto s/question <= 0.5x ircot's"] == (
-        "0.40x in this run (3.00 s vs 7.50 s)",
-        "met",
-    )
-    assert rows_of(targets(side_by_side))["auto s/question <= 0.5x ircot's"] == (
-        "0.40x in this run (3.00 s vs 7.50 s)",
-        "met",
-    )
-
-
-def _run(dataset: str, ems: dict[str, float], diffs: dict[tuple[str, str], tuple[float, float]]) -> dict:
-    """A run summary with the given EMs and (low, high) intervals of pairs (the mean is the EM difference)."""
-    em_differences = [
-        {"a": a, "b": b, "diff": ems[a] - ems[b], "low": low, "high": high} for (a, b), (low, high) in diffs.items()
-    ]
-    return {
-        "dataset": dataset,
-        "n": 200,
-        "results": {n: {"em": e, "seconds": 1.0} for n, e in ems.items()},
-        "em_differences": em_differences,
-    }
-
-
-def test_the_em_target_across_sets_needs_every_set_matched_and_two_beaten():
-    ems = {"standard-rag": 0.40, "iter-retgen": 0.30, "linear": 0.50, "tree": 0.20, "auto": 0.45}
-    diffs = {("auto", "standard-rag"): (-0.05, 0.15), ("linear", "standard-rag"): (0.02, 0.18)}
-    companion = {"n": 100, "results": {"ircot": {"em": 0.42, "seconds": 4.0}, "no-rag": {"em": 0.1, "seconds": 0.1}, "auto": {"em": 0.44, "seconds": 1.5}, "linear": {"em": 0.5, "seconds": 1.0}},
-                 "differences": {("auto", "ircot"): Interval(0.02, -0.1, 0.14), ("linear", "ircot"): Interval(0.08, 0.01, 0.15)}}  # fmt: skip
-    tie = _run(
-        "tie", {**ems, "auto": 0.40}, {("auto", "standard-rag"): (-0.1, 0.1), ("linear", "standard-rag"): (0.02, 0.18)}
-    )
-    lines = across_sets([(_run("a", ems, diffs), companion), (_run("b", ems, diffs), None), (tie, None)])
-    assert lines[2] == (
-        "| a (n=200) | 45.0: +5.0 [-5.0, +15.0] over standard-rag; +2.0 [-10.0, +14.0] over ircot (first 100) "
-        "| linear 50.0: +10.0 [+2.0, +18.0] over standard-rag; +8.0 [+1.0, +15.0] over ircot (first 100) |"
-    )
-    verdicts = {row.split(" | ")[0][2:]: row.split(" | ")[1:] for row in lines if "at least two" in row}
-    # a tie matches and does not beat: auto beats on two of three sets, the best engine strategy on all three
-    assert verdicts["auto at least matches the best baseline on every set and beats it on at least two"] == [
-        "matches on 3 of 3, beats on 2 (interval above zero on 0)",
-        "met |",
-    ]
-    assert verdicts["the best engine strategy of each set at least matches the best baseline on every set and beats it on at least two"] == [
-        "matches on 3 of 3, beats on 3 (interval above zero on 3)", "met |"]  # fmt: skip
-    behind = _run("c", {**ems, "auto": 0.35}, {("auto", "standard-rag"): (-0.2, 0.0)})
-    lines = across_sets([(_run("a", ems, diffs), companion), (tie, None), (behind, None)])
-    assert [row for row in lines if row.startswith("| auto at least matches")][0].endswith(
-        "| matches on 2 of 3, beats on 1 (interval above zero on 0) | **not met** |"
-    )
-    # the other targets, one column per set
-    unmeasured = "not measured: no ircot results beside this run"
-    assert (
-        f"| auto s/question <= 0.5x ircot's | met: 0.38x on the first 100 (1.50 s vs 4.00 s) | {unmeasured} | {unmeasured} |"
-        in lines
-    )
-    assert across_sets([({"dataset": "x", "n": 1, "results": {"standard-rag": {"em": 0.1}}}, None)]) == []
 
 
 def test_ablation_lists_expand_into_variants():
@@ -563,57 +457,6 @@ def test_a_yes_no_question_in_an_open_set_is_scored_on_the_first_yes_or_no(tmp_p
     ems = {r["qid"]: r["em"] for r in read_records(tmp_path / "run" / "records.jsonl")}
     # gold "no" vs a wordy "Yes, ...": wrong; gold "yes": right; an open question is scored as written
     assert ems == {"a": 0.0, "b": 1.0, "c": 0.0}
-
-
-def test_the_other_baselines_are_compared_on_the_questions_their_sibling_run_finished(tmp_path):
-    import json
-
-    from nlqo.eval.targets import companion_results
-
-    (tmp_path / "s").mkdir()
-    (tmp_path / "s-baselines").mkdir()
-    ours = [{"qid": q, "strategy": "auto", "em": e, "seconds": 2.0} for q, e in (("a", 1), ("b", 0), ("c", 1))]
-    theirs = [{"qid": "a", "strategy": "ircot", "em": 1, "seconds": 5.0}, {"qid": "a", "strategy": "self-ask", "em": 0, "seconds": 1.0},
-              {"qid": "b", "strategy": "ircot", "em": 0, "seconds": 7.0}]  # fmt: skip
-    (tmp_path / "s" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
-    assert companion_results(tmp_path / "s") is None  # no sibling records yet
-    (tmp_path / "s-baselines" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in theirs))
-    found = companion_results(tmp_path / "s")
-    assert {k: v for k, v in found.items() if k != "differences"} == {
-        "n": 1,  # only "a" is finished by both ircot and self-ask
-        "results": {
-            "ircot": {"em": 1.0, "seconds": 5.0},
-            "self-ask": {"em": 0.0, "seconds": 1.0},
-            "auto": {"em": 1.0, "seconds": 2.0},
-        },
-    }
-    assert {pair: d.mean for pair, d in found["differences"].items()} == {
-        ("auto", "ircot"): 0.0,
-        ("auto", "self-ask"): 1.0,
-    }
-
-
-def test_a_leak_in_the_other_baselines_counts_against_the_runs_leak_target(tmp_path):
-    import json
-
-    from nlqo.eval.targets import companion_results, targets
-
-    (tmp_path / "s").mkdir()
-    (tmp_path / "s-baselines").mkdir()
-    ours = [{"qid": q, "strategy": "auto", "em": 0, "seconds": 2.0, "demo_leak": None} for q in ("a", "b")]
-    theirs = [{"qid": "a", "strategy": "self-ask", "em": 0, "seconds": 1.0, "demo_leak": "Jaws"},
-              {"qid": "b", "strategy": "self-ask", "em": 0, "seconds": 1.0, "demo_leak": None}]  # fmt: skip
-    (tmp_path / "s" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ours))
-    (tmp_path / "s-baselines" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in theirs))
-    companion = companion_results(tmp_path / "s")
-    assert companion["results"]["self-ask"]["demo_leaks"] == 1 and companion["results"]["auto"]["demo_leaks"] == 0
-    summary = {"results": {"auto": {"em": 0.0, "seconds": 2.0, "demo_leaks": 0}}}
-    rows = {t: (m, v) for t, m, v in targets(summary, companion)}
-    assert rows["no demonstration answer without a passage that holds it"] == ("self-ask (first 2) 1", "**not met**")
-    assert {t: (m, v) for t, m, v in targets(summary)}["no demonstration answer without a passage that holds it"] == (
-        "none",
-        "met",
-    )
 
 
 def test_overview_puts_a_baselines_run_in_its_sets_column_and_keeps_lossy_runs_apart():

@@ -1,8 +1,8 @@
 """Generate ``docs/benchmarks.md`` from bench result folders (never edited by hand).
 
 The generated part sits between ``<!-- BEGIN bench-report -->`` and ``<!-- END bench-report -->``;
-text outside the markers is kept. It holds the summary: the runs, every strategy on every run, the
-targets across the sets. Each run's details go to a page of their own,
+text outside the markers is kept. It holds the summary: the runs, every strategy on every run, a
+plot of every strategy on every set. Each run's details go to a page of their own,
 ``docs/benchmarks/<parent>/<run>.md``, its plots beside it in ``docs/benchmarks/<parent>/<run>/``;
 how the baselines work goes to ``docs/benchmarks/baselines.md``.
 """
@@ -25,11 +25,12 @@ from nlqo.eval import plan_pages
 from nlqo.eval.plots import PLOTS, em_vs_seconds_sets
 from nlqo.eval.runner import ANSWERS, SUMMARY, refresh
 from nlqo.eval.summary import counted, differences_table, kinds_table, markdown_table
-from nlqo.eval.targets import COMPANION, across_sets, companion_results, targets
 from nlqo.prompts.baselines import IRCOT, NO_RAG, SELF_ASK, STANDARD_RAG, TextPrompt
 from nlqo.strategies.baselines import BASELINES
 
 BLOCK = "bench-report"
+COMPANION = "-baselines"
+"""Suffix of the folder that holds a run's other baselines on its first questions (``make bench``)."""
 SETS_PLOT = "em_vs_seconds_sets.png"
 """The report's plot of every strategy on every set, beside ``docs``'s folder ``benchmarks/``."""
 MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
@@ -210,8 +211,8 @@ def _copy_plots(summary: dict[str, Any], page: Path) -> list[str]:
     return links
 
 
-def run_section(summary: dict[str, Any], page: Path, companion: dict[str, Any] | None = None) -> str:
-    """One run's page, to be written at ``page``: setup, results table, EM differences, targets and plots."""
+def run_section(summary: dict[str, Any], page: Path) -> str:
+    """One run's page, to be written at ``page``: setup, results table, EM differences and plots."""
     meta = summary["meta"]
     against = "auto" if "auto" in summary["strategies"] else None
     command = meta.get("command")
@@ -258,10 +259,7 @@ def run_section(summary: dict[str, Any], page: Path, companion: dict[str, Any] |
             kinds,
         ]
     lines += ["EM differences, paired bootstrap 95% intervals:", "", differences_table(summary, against=against)]
-    if against is not None:  # the targets compare auto with the others; an ablation run has none to check
-        lines += ["Targets:", "", "| target | measured | verdict |", "|---|---|---|"]
-        lines += [f"| {t} | {m} | {v} |" for t, m, v in targets(summary, companion)]
-    lines += ["", *_copy_plots(summary, page), ""]
+    lines += [*_copy_plots(summary, page), ""]
     return "\n".join(lines)
 
 
@@ -368,27 +366,42 @@ def overview(runs: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
-def targets_section(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]], docs: Path) -> list[str]:
-    """The targets across the data sets and a plot of every strategy on every set, over the runs of
-    the faithful runtime that have a ``-baselines`` sibling (the issue's runs; ablations and lossy
-    runs have none); ``runs`` pairs each run's summary with :func:`companion_results`."""
-    paired = [(s, c) for s, c in runs if c is not None and not _lossy(s.get("meta", {}))]
-    table = across_sets(paired)
-    if not table:
-        return []
+def sets_panels(runs: Sequence[dict[str, Any]]) -> list[tuple[str, list[tuple[str, float, float, int, bool]]]]:
+    """The panels of the plot of every strategy on every set (:func:`em_vs_seconds_sets`): one per run
+    of the faithful runtime that has its ``-baselines`` sibling among ``runs`` (the benchmark's runs;
+    ablations and lossy runs have none), the sibling's strategies, by name, marked as measured on
+    fewer questions.
+
+    >>> runs = [{"dataset": "d", "folder": "runs/d", "n": 4, "meta": {}, "results": {"auto": {"em": 0.5, "seconds": 2.0}}},
+    ...         {"dataset": "d", "folder": "runs/d-baselines", "n": 2, "meta": {},
+    ...          "results": {"self-ask": {"em": 0.5, "seconds": 3.0}, "ircot": {"em": 0.0, "seconds": 9.0}}}]
+    >>> sets_panels(runs)[0]
+    ('d (n=4)', [('auto', 0.5, 2.0, 4, False), ('ircot', 0.0, 9.0, 2, True), ('self-ask', 0.5, 3.0, 2, True)])
+    >>> sets_panels(runs[:1]), sets_panels([{**runs[0], "meta": {"quantize": "int8"}}, runs[1]])
+    ([], [])
+    """
+    siblings = {str(Path(s["folder"])): s for s in runs}
     panels = []
-    for s, c in paired:
+    for s in runs:
+        sibling = siblings.get(str(Path(s["folder"])) + COMPANION)
+        if sibling is None or _lossy(s.get("meta", {})):
+            continue
         points = [
             (n, r["em"], r["seconds"], s["n"], False)
             for n, r in s["results"].items()
             if r["em"] is not None and r["seconds"]
         ]
-        points += [
-            (n, r["em"], r["seconds"], c["n"], True)
-            for n, r in c["results"].items()
-            if n not in s["results"] and r["seconds"]
-        ]
+        points += [(n, r["em"], r["seconds"], sibling["n"], True) for n, r in sorted(sibling["results"].items())
+                   if n not in s["results"] and r["em"] is not None and r["seconds"]]  # fmt: skip
         panels.append((f"{s['dataset']} (n={s['n']})", points))
+    return panels
+
+
+def sets_section(runs: Sequence[dict[str, Any]], docs: Path) -> list[str]:
+    """The plot of every strategy on every set (:func:`sets_panels`), written beside ``docs``."""
+    panels = sets_panels(runs)
+    if not panels:
+        return []
     (docs.parent / "benchmarks").mkdir(parents=True, exist_ok=True)
     em_vs_seconds_sets(panels, docs.parent / "benchmarks" / SETS_PLOT)
     return [
@@ -396,15 +409,6 @@ def targets_section(runs: Sequence[tuple[dict[str, Any], dict[str, Any] | None]]
         "",
         "Every strategy on every set: EM with its 95% interval (Wilson) against seconds per question; hollow "
         "markers are the `-baselines` runs' strategies, on their first questions only.",
-        "",
-        "## Targets across the sets",
-        "",
-        "On each set a strategy *matches* the best baseline when its EM is at least every baseline's: standard-rag's "
-        "and iter-retgen's on the run's questions, no-rag's, ircot's and self-ask's on the first questions their "
-        "sibling run finished; it *beats* it when above every one. Paired 95% intervals; the best engine strategy "
-        "is picked per set after the fact, so its margins are optimistic.",
-        "",
-        *table,
         "",
     ]
 
@@ -432,18 +436,17 @@ def render_report(folders: Sequence[str | Path], docs: Path) -> str:
         "| dataset | run | n | strategies | model | date |",
         "|---|---|---|---|---|---|",
     ]
-    companions = [companion_results(s["folder"]) for s in runs]  # each run with its -baselines sibling's results
-    for s, c in zip(runs, companions):
+    for s in runs:
         page = run_page(s, docs)
         page.parent.mkdir(parents=True, exist_ok=True)
-        page.write_text(run_section(s, page, c) + "\n", encoding="utf-8")
+        page.write_text(run_section(s, page) + "\n", encoding="utf-8")
         lines.append(
             f"| {s['dataset']} | [{Path(s['folder']).name}]({_link(page, docs)}) | {s['n']} | {', '.join(s['strategies'])} "
             f"| {s['meta'].get('model', '?')}{_quantization(s['meta'])} | {s['meta'].get('started', '?')} |"
         )
     if not runs:
         lines.append("| (none yet: run `nlqo bench ... --out DIR`, then `nlqo bench --report DIR...`) | | | | | |")
-    lines += ["", *overview(runs), *targets_section(list(zip(runs, companions)), docs)]
+    lines += ["", *overview(runs), *sets_section(runs, docs)]
     baselines = docs.parent / BASELINES_PAGE
     baselines.parent.mkdir(parents=True, exist_ok=True)
     baselines.write_text(baselines_section() + "\n", encoding="utf-8")
