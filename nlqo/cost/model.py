@@ -93,6 +93,21 @@ class _ToExpr(lark.Transformer):
         return -_finite(items[0])
 
 
+def _line_at(text: str, line: object) -> str:
+    r"""Line ``line`` of ``text`` as the parser counts lines (1-based, split at ``\n`` only, where
+    ``splitlines`` also breaks at ``\f``, ``\x1c``, ``\u2028``, ...), without a trailing ``\r``;
+    ``""`` when there is no such line.
+
+    >>> text = "cost = 1 + \r\nparam a = 2 \fX"
+    >>> _line_at(text, 1), _line_at(text, 2)
+    ('cost = 1 + ', 'param a = 2 \x0cX')
+    >>> _line_at("a\nb", 0), _line_at("a\nb", 3), _line_at("a\nb", -1), _line_at("a\nb", "?")
+    ('', '', '', '')
+    """
+    lines = text.split("\n")
+    return lines[line - 1].rstrip("\r") if isinstance(line, int) and 0 < line <= len(lines) else ""
+
+
 def _finite(token: lark.Token) -> float:
     """A number of the cost language; one too large for a float (``1e999``) is refused."""
     value = float(token)
@@ -127,8 +142,7 @@ class CostModel:
             tree = _parser().parse(text)
         except lark.UnexpectedInput as exc:
             line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
-            lines = text.split("\n")  # as the parser counts them (splitlines also breaks at \f, \x1c, \u2028, ...)
-            shown = lines[line - 1].rstrip("\r") if isinstance(line, int) and 0 < line <= len(lines) else ""
+            shown = _line_at(text, line)
             ended = isinstance(exc, lark.UnexpectedEOF) or (
                 isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END"
             )
@@ -148,7 +162,7 @@ class CostModel:
             statements = _ToExpr().transform(tree).children
         except lark.exceptions.VisitError as exc:
             raise CostModelError(f"{source}: {exc.orig_exc}") from None
-        known = registry(metrics) if metrics is not None else registry()
+        known = registry(metrics)
         found_params: dict[str, float] = {}
         description, expression = "", None
         for st in statements:
