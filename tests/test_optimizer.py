@@ -970,6 +970,18 @@ def test_the_dp_stops_on_looks_for_a_partner_as_well_as_on_pairs():
     assert [runs[b].exhausted for b in (9, 11, 12, 10**6)] == [True, True, False, False]
 
 
+def test_a_search_that_needs_exactly_its_budget_of_looks_finishes():
+    """Both limits are inclusive: this search takes 8 pairs and exactly 80 looks for a partner, so a
+    budget of 8 finishes it (80 looks are allowed, not 79) and a budget of 7 does not."""
+    from nlqo.optimizer import dp
+    from nlqo.optimizer.graph import JoinGraph
+
+    graph = JoinGraph(ids=(ROOT, *(f"a{i}" for i in range(1, 5))), allowed=(2, 0, 24, 4, 4), siblings=(0,) * 5)
+    runs = {budget: dp.search(graph, budget=budget) for budget in (7, 8, 10**6)}
+    assert [(runs[b].pairs, runs[b].exhausted) for b in (7, 8, 10**6)] == [(7, True), (8, False), (8, False)]
+    assert runs[8].complete == runs[10**6].complete
+
+
 def test_the_dp_tries_every_disjoint_child_after_an_overlapping_one():
     """A child sub-plan that overlaps the parent's atoms is skipped, not the end of that child's list."""
     from nlqo.optimizer import dp
