@@ -391,8 +391,11 @@ def sets_panels(runs: Sequence[dict[str, Any]]) -> list[tuple[str, list[tuple[st
             for n, r in s["results"].items()
             if r["em"] is not None and r["seconds"]
         ]
-        points += [(n, r["em"], r["seconds"], sibling["n"], True) for n, r in sorted(sibling["results"].items())
-                   if n not in s["results"] and r["em"] is not None and r["seconds"]]  # fmt: skip
+        points += [
+            (n, r["em"], r["seconds"], sibling["n"], True)
+            for n, r in sorted(sibling["results"].items())
+            if n not in s["results"] and r["em"] is not None and r["seconds"]
+        ]
         panels.append((f"{s['dataset']} (n={s['n']})", points))
     return panels
 
