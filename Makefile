@@ -191,7 +191,8 @@ statistics-%: install $(VENV)/.model-$(MODEL)
 # pyproject.toml), then the report between docs/testing.md's mutation-report markers. Hours of CPU
 # on 2 cores; mutmut keeps its verdicts in mutants/ and re-tests only functions that changed, so a
 # killed run resumes (MUTANTS="NAME..." tests only those, again); the verdicts are also kept in
-# benchmarks/results/mutation/verdicts.json, from which a new machine resumes (--restore). Not part of `make test` or CI (it does not fit CI's time).
+# benchmarks/results/mutation/verdicts.json, from which a new machine resumes (--restore). Not part
+# of `make test` or CI (it does not fit CI's time).
 MUTANTS ?=
 mutation: install-test
 	$(PY) -m pip install --quiet mutmut==3.8.1

@@ -11,11 +11,12 @@ from hypothesis import strategies as st
 from nlqo.cli import main
 from nlqo.cost import load_cost_model
 from nlqo.cost.model import CostModel
-from nlqo.cost.shape import LEAF, Shape, attach, finished
+from nlqo.cost.shape import LEAF, Shape, attach, finished, shape_of
 from nlqo.cost.shape import ROOT as QUESTION
 from nlqo.errors import IRSemanticError, LimitError
-from nlqo.optimizer import Optimizer
+from nlqo.optimizer import Optimizer, dp
 from nlqo.optimizer.dp import Entry, Order, _insert, _split
+from nlqo.optimizer.graph import JoinGraph
 from nlqo.plan import ROOT
 from nlqo.relations import RELATION_LABELS, RelationCache, resolve
 from nlqo.syntax import parse
@@ -703,7 +704,6 @@ def test_a_query_no_atom_of_which_can_hang_under_the_question_is_an_error_giving
 def test_the_reason_an_atom_is_left_out_names_the_parents_it_may_have_only_when_none_is_in_the_plan(
     under, placed, reason
 ):
-    from nlqo.optimizer.graph import JoinGraph
     from nlqo.optimizer.optimizer import _why_left_out
 
     allowed = tuple(1 << 3 if p in under else 0 for p in range(4))
@@ -783,7 +783,6 @@ def test_the_greedy_fallback_takes_the_cheapest_step_each_time(query, model, see
 def _graph(allowed, siblings):
     """A join graph over the question and atoms a1..a4: ``allowed`` maps a parent index to its possible
     children, ``siblings`` lists sibling pairs."""
-    from nlqo.optimizer.graph import JoinGraph
 
     masks = [0] * 5
     for a, b in siblings:
@@ -877,8 +876,6 @@ def test_resolve_says_which_pairs_are_pinned_and_counts_the_inferred_ones():
 
 
 def test_the_dp_frontier_keeps_the_first_of_equals_and_drops_what_a_new_entry_dominates():
-    from nlqo.cost.shape import Shape
-    from nlqo.optimizer.dp import Entry, _insert
 
     dims = (("height", 0), ("edges", -1), ("leaves", 1))  # height must match; more edges, fewer leaves win
     score = lambda shape: shape.leaves - shape.edges  # noqa: E731
@@ -917,7 +914,6 @@ def test_the_dp_frontier_keeps_the_first_of_equals_and_drops_what_a_new_entry_do
 
 
 def test_the_dp_defaults_to_the_structural_models_directions_and_score():
-    from nlqo.optimizer import dp
 
     structural = {"edges": -1, "height": 1, "imbalance": 1, "size": -1}
     dense = _graph({0: (1, 2, 3, 4), 1: (2, 3, 4), 2: (3, 4), 3: (4,)}, [(2, 3), (3, 4)])
@@ -938,9 +934,6 @@ def test_every_complete_dp_entry_carries_the_shape_of_its_own_tree():
     (children in the order the DP attaches them), it must come out the same."""
     import random
 
-    from nlqo.cost.shape import shape_of
-    from nlqo.optimizer import dp
-
     draw, checked = random.Random(3), 0
     for _ in range(60):
         allowed = {p: tuple(c for c in range(1, 5) if c != p and draw.random() < 0.6) for p in range(5)}
@@ -960,8 +953,6 @@ def test_the_dp_stops_on_looks_for_a_partner_as_well_as_on_pairs():
     """Nine sub-plan pairs finish this search, but finding them takes between 110 and 120 looks for a
     partner: a budget of 9 to 11 pairs allows only 90 to 110 looks (PROBES_PER_PAIR each), so the
     search stops unfinished with every pair it needed; from 12 it finishes."""
-    from nlqo.optimizer import dp
-    from nlqo.optimizer.graph import JoinGraph
 
     graph = JoinGraph(ids=(ROOT, *(f"a{i}" for i in range(1, 7))), allowed=(0, 32, 8, 0, 34, 16, 0), siblings=(0,) * 7)
     assert dp.PROBES_PER_PAIR == 10
@@ -973,8 +964,6 @@ def test_the_dp_stops_on_looks_for_a_partner_as_well_as_on_pairs():
 def test_a_search_that_needs_exactly_its_budget_of_looks_finishes():
     """Both limits are inclusive: this search takes 8 pairs and exactly 80 looks for a partner, so a
     budget of 8 finishes it (80 looks are allowed, not 79) and a budget of 7 does not."""
-    from nlqo.optimizer import dp
-    from nlqo.optimizer.graph import JoinGraph
 
     graph = JoinGraph(ids=(ROOT, *(f"a{i}" for i in range(1, 5))), allowed=(2, 0, 24, 4, 4), siblings=(0,) * 5)
     runs = {budget: dp.search(graph, budget=budget) for budget in (7, 8, 10**6)}
@@ -984,8 +973,6 @@ def test_a_search_that_needs_exactly_its_budget_of_looks_finishes():
 
 def test_the_dp_tries_every_disjoint_child_after_an_overlapping_one():
     """A child sub-plan that overlaps the parent's atoms is skipped, not the end of that child's list."""
-    from nlqo.optimizer import dp
-    from nlqo.optimizer.graph import JoinGraph
 
     ids = (ROOT, *(f"a{i}" for i in range(1, 6)))
     graph = JoinGraph(ids=ids, allowed=(0, 52, 56, 38, 8, 18), siblings=(0, 32, 16, 32, 4, 10))
