@@ -14,9 +14,9 @@ from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import DATA, Block, Experiment, Option, main
 from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
-from nlqo.execute.linear import LinearExecutor
-from nlqo.execute.terminator import hops_at
-from nlqo.models import load_transformers
+from nlqo.execution.linear import LinearExecutor
+from nlqo.execution.terminator import hops_at
+from nlqo.runtime.models import load_transformers
 
 TAUS = (0.8, 0.85, 0.9)
 STATS = ("generated_tokens", "prompt_tokens", "cached_prompt_tokens", "hops", "llm_calls")
@@ -78,7 +78,7 @@ def tree_table(tree: list[dict]) -> list[str]:
 
 
 def tau_table(tau: list[dict], kv: list[dict]) -> list[str]:
-    out = ["", "**Terminator: hops per question by tau** (hop count: questions; one run at the highest tau, lower taus read off its terminator scores, see `nlqo.execute.terminator.hops_at`):", "", "| tau | n | mean hops | hop counts | EM |", "|---:|---:|---:|---|---:|"]  # fmt: skip
+    out = ["", "**Terminator: hops per question by tau** (hop count: questions; one run at the highest tau, lower taus read off its terminator scores, see `nlqo.execution.terminator.hops_at`):", "", "| tau | n | mean hops | hop counts | EM |", "|---:|---:|---:|---|---:|"]  # fmt: skip
     for t in sorted({r["tau"] for r in tau}):
         rs, ems = [r for r in tau if r["tau"] == t], [r["em"] for r in tau if r["tau"] == t and r["em"] is not None]
         counts = ", ".join(f"{h}: {c}" for h, c in sorted(Counter(r["hops"] for r in rs).items()))

@@ -23,12 +23,12 @@ from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import REPO, THREADS, Block, Experiment, Option, main, torch_threads
 from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
-from nlqo.execute.engine import Engine
-from nlqo.llm.base import ChatMessage
-from nlqo.models import BUNDLED, get_bundled, load_transformers, resolve_model
-from nlqo.models.convert import read_marker
-from nlqo.parser import parse_question
-from nlqo.prompts.planning import PARSE
+from nlqo.execution.engine import Engine
+from nlqo.runtime.llm.base import ChatMessage
+from nlqo.runtime.models import BUNDLED, get_bundled, load_transformers, resolve_model
+from nlqo.runtime.models.convert import read_marker
+from nlqo.parser.parse import parse_question
+from nlqo.runtime.prompts.planning import PARSE
 
 DECODE_PROMPT = "Write a detailed paragraph about the history of the city of Paris."
 QUESTIONS = (
@@ -57,7 +57,7 @@ def setup(args) -> dict:
 def costs(args, name: str) -> dict:
     import torch
 
-    from nlqo.llm.local import TransformersLLM
+    from nlqo.runtime.llm.local import TransformersLLM
 
     model = get_bundled(name)
     row: dict = {"gguf_bytes": model.size, "torch": torch.__version__, "torch_threads": torch.get_num_threads()}

@@ -4,7 +4,7 @@
   with repairs after the fact: valid IR on the first reply and within the repairs, tokens generated and
   forced, seconds, mask and decode time.
 * anchoring, constrained: do the parse's atoms name the question's entities? The default, the first atom
-  naming a constant, that with IR with loose atoms (``nlqo.parser.unanchored``) sent back once, that with
+  naming a constant, that with IR with loose atoms (``nlqo.parser.parse.unanchored``) sent back once, that with
   constants runs of the question's words; loose atoms and constants not in the question (invented ones).
 """
 
@@ -15,11 +15,11 @@ from nlqo.errors import ParseFailure
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import DATA, SETS, Block, Experiment, Option, main
 from nlqo.ir import Const
-from nlqo.ir_grammar import MAX_ATOMS
-from nlqo.llm.backends import runtime_of
-from nlqo.models import load_local
-from nlqo.parser import parse_question, unanchored
-from nlqo.syntax import parse
+from nlqo.ir.grammar import MAX_ATOMS
+from nlqo.runtime.llm.backends import runtime_of
+from nlqo.runtime.models import load_local
+from nlqo.parser.parse import parse_question, unanchored
+from nlqo.ir.syntax import parse
 
 MODES = {"constrained": {"constrained": True}, "unconstrained": {"constrained": False}}
 ANCHORING = {

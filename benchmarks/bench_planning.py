@@ -7,11 +7,11 @@ import re
 import statistics
 import time
 
-from nlqo.cost import load_cost_model
+from nlqo.optimizer.cost import load_cost_model
 from nlqo.eval.experiment import Block, Experiment, Option, main
 from nlqo.ir import Atom, Const, Query, Var
-from nlqo.llm.base import Completion, Usage
-from nlqo.optimizer import Optimizer
+from nlqo.runtime.llm.base import Completion, Usage
+from nlqo.optimizer.optimizer import Optimizer
 from nlqo.testing.strategies import chain, star  # needs nlqo[testing] (hypothesis)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import attrs
 import numpy as np
 
-from nlqo.embed import DEFAULT_EMBEDDER, SentenceEmbedder
+from nlqo.runtime.embed import DEFAULT_EMBEDDER, SentenceEmbedder
 from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.experiment import DATA, SETS, THREADS, Block, Experiment, Option, load_average, main, torch_threads
 from nlqo.index import Corpus, DenseParams, Index, build_index

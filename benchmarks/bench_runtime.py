@@ -30,11 +30,11 @@ from nlqo.eval.experiment import DATA, Block, Experiment, Option, main, torch_th
 from nlqo.eval.metrics import bootstrap_diff
 from nlqo.eval.runner import run_record
 from nlqo.eval.workspace import open_index
-from nlqo.llm.base import ChatMessage
-from nlqo.llm.llamacpp import _init_backend, default_threads
-from nlqo.models import load_local
-from nlqo.prompts.execution import LINEAR
-from nlqo.strategies import build_strategy
+from nlqo.runtime.llm.base import ChatMessage
+from nlqo.runtime.llm.llamacpp import _init_backend, default_threads
+from nlqo.runtime.models import load_local
+from nlqo.runtime.prompts.execution import LINEAR
+from nlqo.eval.strategy import build_strategy
 
 RUNTIMES = {"float32": ("transformers", "none"), "int8": ("transformers", "int8"), "llama-cpp": ("llama-cpp", "none")}
 REFERENCE = "float32"

@@ -28,8 +28,8 @@ from pathlib import Path
 
 from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.experiment import REPO, Block, Experiment, Option, free_port, load, load_average, main, run_nlqo, serving
-from nlqo.llm.openai_compat import OpenAICompatLLM
-from nlqo.models import load_local
+from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
+from nlqo.runtime.models import load_local
 from nlqo.serve.stats import percentile
 
 WORK = REPO / ".nlqo" / "bench-server"

@@ -85,11 +85,11 @@ class StopReason(_Word):
     PARSE_FAILED = "parse_failed"
     """The question could not be parsed; the linear template answered without hints."""
     FALLBACK_ANSWER = "fallback_answer"
-    """The answer was empty and was asked again from the passages (:mod:`nlqo.execute.fallback`)."""
+    """The answer was empty and was asked again from the passages (:mod:`nlqo.execution.fallback`)."""
     NO_ANSWER = "no_answer"
     """No answer even from the passages."""
     HELD_TO_OPTIONS = "held_to_options"
-    """A choice question's answer was asked again among its options (:mod:`nlqo.execute.choice`)."""
+    """A choice question's answer was asked again among its options (:mod:`nlqo.planner.choice`)."""
     CASCADE_RETRIEVE = "cascade: retrieve"
     """The cascade stopped after one retrieval: its answer was supported."""
     CASCADE_ITERATE = "cascade: iterate"
@@ -110,7 +110,7 @@ def stop_reasons(*reasons: str) -> str:
 
 
 class Operator(_Word):
-    """Physical operators: every way the engine answers a question (:mod:`nlqo.operators` holds
+    """Physical operators: every way the engine answers a question (:mod:`nlqo.execution.operators` holds
     one module each)."""
 
     LINEAR = "linear"
@@ -126,7 +126,7 @@ class Operator(_Word):
 
 
 class Policy(_Word):
-    """How ``auto`` trades estimated quality against estimated time (:mod:`nlqo.statistics.policy`)."""
+    """How ``auto`` trades estimated quality against estimated time (:mod:`nlqo.planner.statistics.policy`)."""
 
     QUALITY = "quality"
     """The best estimated exact match."""
@@ -149,13 +149,13 @@ class QuestionClass(_Word):
 
 
 class OutputFormat(_Word):
-    """What ``nlqo plan`` and ``nlqo explain`` print (:mod:`nlqo.formats` renders each)."""
+    """What ``nlqo plan`` and ``nlqo explain`` print (:mod:`nlqo.explain.formats` renders each)."""
 
     TEXT = "text"
     JSON = "json"
     DOT = "dot"
     HTML = "html"
-    """One self-contained page (:mod:`nlqo.explain_html`)."""
+    """One self-contained page (:mod:`nlqo.explain.html`)."""
 
 
 class Runtime(_Word):
@@ -188,7 +188,7 @@ class RetrievalMode(_Word):
 
 
 class TreeQuery(_Word):
-    """How a tree node's question is made (:class:`nlqo.execute.tree.TreeExecutor`)."""
+    """How a tree node's question is made (:class:`nlqo.execution.tree.TreeExecutor`)."""
 
     REWRITE = "rewrite"
     """The LLM rewrites the node's atom with its children's answers."""

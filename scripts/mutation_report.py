@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
 
-from nlqo.docblocks import write_block  # noqa: E402
+from nlqo.common.docblocks import write_block  # noqa: E402
 
 VERDICTS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 36: "timeout", 24: "timeout",
             -24: "timeout", 152: "timeout", 255: "timeout", None: "not checked", 37: "caught by type check",

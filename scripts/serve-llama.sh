@@ -33,7 +33,7 @@ done
 MODEL="$1"
 case "$MODEL" in
     *.gguf) GGUF="$MODEL"; ALIAS="$(basename "$MODEL" .gguf)" ;;
-    *) GGUF="$("$PYTHON" -c "import sys; from nlqo.models.gguf import find_gguf; p = find_gguf(sys.argv[1], progress=False); print(p or '')" "$MODEL")"; ALIAS="$MODEL" ;;
+    *) GGUF="$("$PYTHON" -c "import sys; from nlqo.runtime.models.gguf import find_gguf; p = find_gguf(sys.argv[1], progress=False); print(p or '')" "$MODEL")"; ALIAS="$MODEL" ;;
 esac
 [ -n "$GGUF" ] && [ -f "$GGUF" ] || { echo "no GGUF file for $MODEL" >&2; exit 1; }
 [ -n "$THREADS" ] || THREADS="$("$PYTHON" -c "import os; print(len(os.sched_getaffinity(0)))")"

@@ -36,16 +36,16 @@ def reply(prompt: str) -> str:
 @contextlib.contextmanager
 def fake_models() -> Iterator[None]:
     """``nlqo`` loads ``NamedHashEmbedder`` for every embedder and a ``ScriptedLLM`` for every model."""
-    import nlqo.builder
-    from nlqo.embed import SentenceEmbedder
+    import nlqo.execution.builder
+    from nlqo.runtime.embed import SentenceEmbedder
 
-    saved = SentenceEmbedder.__dict__["load"], nlqo.builder.load_llm
+    saved = SentenceEmbedder.__dict__["load"], nlqo.execution.builder.load_llm
     SentenceEmbedder.load = classmethod(lambda cls, *a, **kw: NamedHashEmbedder())  # type: ignore[assignment,method-assign]
-    nlqo.builder.load_llm = lambda *a, **kw: ScriptedLLM([], default=reply)
+    nlqo.execution.builder.load_llm = lambda *a, **kw: ScriptedLLM([], default=reply)
     try:
         yield
     finally:
-        SentenceEmbedder.load, nlqo.builder.load_llm = saved  # type: ignore[method-assign]
+        SentenceEmbedder.load, nlqo.execution.builder.load_llm = saved  # type: ignore[method-assign]
 
 
 def stop(marker: Path) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from nlqo.answers import short_answer
+from nlqo.execution.answers import short_answer
 
 
 @pytest.mark.parametrize(

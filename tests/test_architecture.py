@@ -10,20 +10,21 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nlqo import kinds, reference
+from nlqo import kinds
+from nlqo.cli import reference
 from nlqo.config import STRATEGIES, EngineConfig
-from nlqo.strategies.baselines import BASELINES
+from nlqo.eval.baselines import BASELINES
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nlqo"
 FIELDS = {f.name: f.default for f in attrs.fields(EngineConfig)}
 
 SAME_NAME_OTHER_MEANING = {
-    ("cluster.py", "workers"): "Dask worker processes of a local cluster",
-    ("parser.py", "constrained"): "ParseResult: whether this parse was constrained",
-    ("plan.py", "budget"): "SearchStats: the budget a search used",
-    ("plan.py", "beam"): "SearchStats: the beam a search used",
-    ("statistics/policy.py", "statistics"): "Choice: where the statistics came from",
-    ("statistics/store.py", "path"): "Statistics: the file read",
+    ("runtime/cluster.py", "workers"): "Dask worker processes of a local cluster",
+    ("parser/parse.py", "constrained"): "ParseResult: whether this parse was constrained",
+    ("optimizer/plan.py", "budget"): "SearchStats: the budget a search used",
+    ("optimizer/plan.py", "beam"): "SearchStats: the beam a search used",
+    ("planner/statistics/policy.py", "statistics"): "Choice: where the statistics came from",
+    ("planner/statistics/store.py", "path"): "Statistics: the file read",
     ("serve/app.py", "model"): "the model name the service reports",
     ("testing/oracle.py", "max_atoms"): "the brute-force oracle's size limit",
     ("testing/strategies.py", "max_atoms"): "sizes of generated test queries",
@@ -34,13 +35,13 @@ SAME_NAME_OTHER_MEANING = {
 def _block(name: str) -> str:
     text = reference.PAGE.read_text(encoding="utf-8")
     found = re.search(rf"<!-- BEGIN {name} -->\n(.*?)\n<!-- END {name} -->", text, flags=re.S)
-    assert found, f"docs/architecture.md has no block {name}: run python -m nlqo.reference"
+    assert found, f"docs/architecture.md has no block {name}: run python -m nlqo.cli.reference"
     return found.group(1)
 
 
 @pytest.mark.parametrize("name", sorted(reference.BLOCKS))
 def test_the_generated_tables_match_the_code(name):
-    assert _block(name) == reference.BLOCKS[name](), "docs/architecture.md is stale: run python -m nlqo.reference"
+    assert _block(name) == reference.BLOCKS[name](), "docs/architecture.md is stale: run python -m nlqo.cli.reference"
 
 
 def test_the_settings_table_has_every_field_once():
@@ -92,11 +93,11 @@ def test_the_default_finder_sees_a_second_default(tmp_path):
 def test_every_engine_strategy_name_is_defined_once():
     # An operator's name is a member of kinds.Operator; nothing else assigns the string to a name.
     names = set(STRATEGIES) | set(BASELINES)
-    allowed = {("index/bm25.py", "DIRNAME"), ("operators/cascade.py", "NODE")}  # a folder name, a trace label
+    allowed = {("index/bm25.py", "DIRNAME"), ("execution/operators/cascade.py", "NODE")}  # a folder name, a trace label
     seconds = []
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        if rel in ("kinds.py", "strategies/baselines.py"):
+        if rel in ("kinds.py", "eval/baselines.py"):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(node.value, ast.Constant):

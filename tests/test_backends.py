@@ -8,15 +8,15 @@ import pytest
 
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError
-from nlqo.llm.backends import backends, load_llm
-from nlqo.llm.base import NO_CAPABILITIES, Capabilities, capabilities, chat_reusing_prefix
-from nlqo.llm.cache import CachedLLM, request_key
-from nlqo.llm.scripted import ScriptedLLM
-from nlqo.llm.session import TextSession, open_session
+from nlqo.runtime.llm.backends import backends, load_llm
+from nlqo.runtime.llm.base import NO_CAPABILITIES, Capabilities, capabilities, chat_reusing_prefix
+from nlqo.runtime.llm.cache import CachedLLM, request_key
+from nlqo.runtime.llm.scripted import ScriptedLLM
+from nlqo.runtime.llm.session import TextSession, open_session
 from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
 
 PACKAGE = """
-from nlqo.llm.base import Capabilities, Completion, Usage
+from nlqo.runtime.llm.base import Capabilities, Completion, Usage
 
 class EchoLLM:
     capabilities = Capabilities(concurrency=4, cache_identity=True)
@@ -105,7 +105,7 @@ def test_a_wrong_capabilities_attribute_is_a_type_error():
     class Bad:
         capabilities = {"session": True}
 
-    with pytest.raises(TypeError, match="must be an nlqo.llm.base.Capabilities"):
+    with pytest.raises(TypeError, match="must be an nlqo.runtime.llm.base.Capabilities"):
         capabilities(Bad())
 
 
@@ -126,7 +126,7 @@ def test_the_response_cache_keys_on_the_declared_identity(tmp_path):
 
 
 def test_the_local_and_server_backends_declare_their_capabilities():
-    from nlqo.llm.openai_compat import OpenAICompatLLM
+    from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
 
     # nothing listens on port 1: no slots reported, concurrency 1
     assert OpenAICompatLLM("http://127.0.0.1:1", "m").capabilities == Capabilities(
@@ -135,7 +135,7 @@ def test_the_local_and_server_backends_declare_their_capabilities():
     told = OpenAICompatLLM("http://127.0.0.1:1", "m", grammar_field="grammar")
     assert told.capabilities == Capabilities(server_slots=True, cache_identity=True, constraint="server")
     try:
-        from nlqo.llm.local import TransformersLLM
+        from nlqo.runtime.llm.local import TransformersLLM
     except ImportError:  # pragma: no cover - torch is a dependency
         pytest.skip("torch is not installed")
     assert TransformersLLM.capabilities == Capabilities(

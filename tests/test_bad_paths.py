@@ -33,14 +33,14 @@ class NamedHashEmbedder(HashEmbedder):
 @pytest.fixture
 def fake_models(monkeypatch):
     """Every embedder is the hashing one; loading a model is a test failure (errors come first)."""
-    import nlqo.builder
-    from nlqo.embed import SentenceEmbedder
+    import nlqo.execution.builder
+    from nlqo.runtime.embed import SentenceEmbedder
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(lambda cls, *a, **kw: NamedHashEmbedder()))
-    monkeypatch.setattr(nlqo.builder, "load_llm", no_model)
+    monkeypatch.setattr(nlqo.execution.builder, "load_llm", no_model)
 
 
 def run(capsys, *argv) -> tuple[int, str]:
@@ -52,7 +52,7 @@ def run(capsys, *argv) -> tuple[int, str]:
 
 
 def odd_paths(root: Path) -> dict[str, tuple[Path, str]]:
-    """Paths of every odd kind under ``root``, each with the words ``nlqo.paths.found`` has for it."""
+    """Paths of every odd kind under ``root``, each with the words ``nlqo.common.paths.found`` has for it."""
     root.mkdir(exist_ok=True)
     (root / "notes.txt").write_text("just a file\n")
     (root / "loop").symlink_to(root / "loop")
@@ -287,8 +287,8 @@ def test_a_model_folder_holding_something_else_is_refused_naming_the_file(capsys
 
 RUNNER = """
 import sys
-import nlqo.builder
-from nlqo.embed import SentenceEmbedder
+import nlqo.execution.builder
+from nlqo.runtime.embed import SentenceEmbedder
 from nlqo.testing import HashEmbedder
 class Named(HashEmbedder):
     name = "all-minilm-l6-v2"

@@ -8,13 +8,13 @@ import attrs
 import pytest
 
 from nlqo.errors import ConfigError
-from nlqo.execute.trace import Trace
+from nlqo.execution.trace import Trace
 from nlqo.kinds import Operator
-from nlqo.llm.base import Capabilities
-from nlqo.llm.scripted import ScriptedLLM
-from nlqo.passages import Hit, Passage
-from nlqo.strategies import STRATEGIES, Named, build_strategy, parse_spec, spec_name, split_specs
-from nlqo.strategies.baselines import IRCoT, IterRetGen, NoRag, SelfAsk, StandardRag
+from nlqo.runtime.llm.base import Capabilities
+from nlqo.runtime.llm.scripted import ScriptedLLM
+from nlqo.common.passages import Hit, Passage
+from nlqo.eval.strategy import STRATEGIES, Named, build_strategy, parse_spec, spec_name, split_specs
+from nlqo.eval.baselines import IRCoT, IterRetGen, NoRag, SelfAsk, StandardRag
 from nlqo.testing.fakes import HashEmbedder
 
 Q = "Who was the husband of the author of Frankenstein?"
@@ -239,15 +239,15 @@ def test_planned_strategies_come_from_the_executor_module(monkeypatch):
         built.update(options, mode=mode, k=k, embedder=embedder)
         return NoRag(llm)
 
-    monkeypatch.setattr("nlqo.execute.strategies.build", build)
+    monkeypatch.setattr("nlqo.execution.by_name.build", build)
     strategy = build_strategy("linear[tau=0.8,kv_reuse=off]", ScriptedLLM([]), FakeRetriever(), embedder="E", k=5)
     assert built == {"tau": 0.8, "kv_reuse": False, "mode": "linear", "k": 5, "embedder": "E"}
     assert strategy.name == "linear[tau=0.8,kv_reuse=off]"
 
 
 def test_every_operator_is_a_strategy_the_harness_builds():
-    from nlqo.operators import OPERATORS
-    from nlqo.strategies import STRATEGIES
+    from nlqo.execution.operators import OPERATORS
+    from nlqo.eval.strategy import STRATEGIES
 
     assert {str(o) for o in OPERATORS} | {"auto"} <= set(STRATEGIES)
     for name in (*map(str, OPERATORS), "auto"):
@@ -289,7 +289,7 @@ def test_baselines_ask_the_backend_to_reuse_its_prefix_cache():
 
 
 def test_each_strategy_of_a_bench_gets_its_own_fork_of_a_backend_that_declares_forks():
-    from nlqo.llm.base import forked
+    from nlqo.runtime.llm.base import forked
 
     class Forkable:
         capabilities = Capabilities(fork=True)

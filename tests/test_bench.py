@@ -20,9 +20,9 @@ from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
 from nlqo.eval.report import write_report
 from nlqo.eval.runner import Bench, interleave, refresh
-from nlqo.llm.scripted import ScriptedLLM
-from nlqo.passages import Hit, Passage
-from nlqo.strategies import build_strategy
+from nlqo.runtime.llm.scripted import ScriptedLLM
+from nlqo.common.passages import Hit, Passage
+from nlqo.eval.strategy import build_strategy
 
 GOLD = {"0": "Rush", "1": "Spurs", "2": "1974", "3": "Murcia", "4": "Cymbeline"}
 NAMES = ["no-rag", "standard-rag", "ircot", "self-ask"]
@@ -327,8 +327,8 @@ def test_ablation_lists_expand_into_variants():
 
 
 def test_engine_options_reach_the_engine_of_a_variant():
-    from nlqo.llm import ScriptedLLM
-    from nlqo.strategies import build_strategy
+    from nlqo.runtime.llm import ScriptedLLM
+    from nlqo.eval.strategy import build_strategy
     from tests.fakes import HashEmbedder, KeywordRetriever
 
     llm, retriever = ScriptedLLM([("", "x")]), KeywordRetriever([])

@@ -10,12 +10,12 @@ import re
 import attrs
 import pytest
 
-from nlqo.cost import CostModel, Shape, load_cost_model, structural
-from nlqo.cost.metrics import Structure
+from nlqo.optimizer.cost import CostModel, Shape, load_cost_model, structural
+from nlqo.optimizer.cost.metrics import Structure
 from nlqo.kinds import RelationKind
-from nlqo.optimizer import optimize
-from nlqo.plan import ROOT, LeftOut, Plan, Tree
-from nlqo.syntax import parse
+from nlqo.optimizer.optimizer import optimize
+from nlqo.optimizer.plan import ROOT, LeftOut, Plan, Tree
+from nlqo.ir.syntax import parse
 from nlqo.testing.fakes import HashEmbedder
 from nlqo.testing import InvariantError, check_cost_deterministic, check_cost_formula, check_monotone, check_plan
 

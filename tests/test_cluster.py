@@ -24,7 +24,7 @@ from nlqo.errors import ConfigError
 from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.records import read_records
 from nlqo.eval.runner import Bench
-from nlqo.execute.trace import RunResult
+from nlqo.execution.trace import RunResult
 
 REPO = Path(__file__).resolve().parents[1]
 DASK = ("dask", "distributed")
@@ -35,7 +35,7 @@ DASK = ("dask", "distributed")
 
 @pytest.mark.parametrize("text", ["local:0", "local", "local:-1", "http://h:8786", "tcp://host", "2", "tcp://h:1/x"])
 def test_bad_cluster_specs_are_refused_with_the_accepted_forms(text):
-    from nlqo.cluster import ClusterSpec
+    from nlqo.runtime.cluster import ClusterSpec
 
     with pytest.raises(ConfigError, match=r"local:N .* tcp://HOST:PORT"):
         ClusterSpec.parse(text)
@@ -186,8 +186,8 @@ def test_a_bench_run_without_cluster_imports_no_dask(tmp_path):
         from nlqo.cli import build_parser
         from nlqo.eval.datasets import QuestionSet
         from nlqo.eval.runner import Bench
-        from nlqo.llm.scripted import ScriptedLLM
-        from nlqo.strategies import build_strategy
+        from nlqo.runtime.llm.scripted import ScriptedLLM
+        from nlqo.eval.strategy import build_strategy
         build_parser()
         Path("q.jsonl").write_text(json.dumps({{"id": "a", "question": "Q?", "answers": ["A"]}}) + "\\n")
         llm = ScriptedLLM([], default=lambda prompt: "A")
@@ -256,7 +256,7 @@ def reference(data) -> dict[tuple[str, str], dict]:
     """A single-process run (1 LLM thread, as each worker has) of every question."""
     from realmodels import load_or_skip
 
-    from nlqo.models import load_local
+    from nlqo.runtime.models import load_local
 
     load_or_skip(lambda: load_local("smollm2-135m", threads=1, progress=False))
     out = data["folder"] / "single"
@@ -273,7 +273,7 @@ def cluster():
         import distributed  # noqa: F401
     except ImportError:
         unavailable("dask.distributed is not installed (pip install 'nlqo[cluster]')")
-    from nlqo.cluster import ClusterSpec, connect
+    from nlqo.runtime.cluster import ClusterSpec, connect
 
     with connect(ClusterSpec(workers=2)) as connection:
         yield connection
@@ -285,7 +285,7 @@ def _same(record: dict) -> dict:
 
 @pytest.mark.real_model
 def test_workers_import_this_checkout(cluster):
-    from nlqo.cluster import describe_workers
+    from nlqo.runtime.cluster import describe_workers
 
     workers = describe_workers(cluster.client)
     assert len(workers) == 2 and {w.nthreads for w in workers} == {1}
@@ -316,7 +316,7 @@ def test_a_cluster_run_records_what_a_single_process_run_records(cluster, refere
 def test_a_worker_killed_mid_run_then_the_run_interrupted_and_resumed_records_every_question_once(
     cluster, reference, data, tmp_path
 ):
-    from nlqo.cluster import describe_workers
+    from nlqo.runtime.cluster import describe_workers
 
     out = tmp_path / "killed"
     argv = ["bench", "--questions", str(data["questions"]), "--index", str(data["folder"] / "single" / "index"), "--out", str(out),

@@ -11,7 +11,7 @@ from nlqo.cli import build_parser, main
 from nlqo.cli.common import config_from_args
 from nlqo.errors import ConfigError, LimitError
 from nlqo.eval.records import read_records
-from nlqo.llm.scripted import ScriptedLLM
+from nlqo.runtime.llm.scripted import ScriptedLLM
 from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
 
 QUESTION = "Which band released Counterparts, is Canadian and had a famous drummer?"
@@ -38,7 +38,7 @@ def cost_files(tmp_path):
 @pytest.fixture
 def fake_parts(monkeypatch):
     """The builder's loading seams: a scripted LLM and the keyword retriever instead of a model and an index."""
-    import nlqo.builder as builder
+    import nlqo.execution.builder as builder
 
     monkeypatch.setattr(builder, "load_llm", lambda name, **options: scripted())
     monkeypatch.setattr(

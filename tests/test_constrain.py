@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlqo.errors import LLMError
-from nlqo.ir_grammar import ir_constraint
-from nlqo.llm.constrain import Constraint, Matcher, choice, literal
-from nlqo.syntax import parse
+from nlqo.ir.grammar import ir_constraint
+from nlqo.runtime.llm.constrain import Constraint, Matcher, choice, literal
+from nlqo.ir.syntax import parse
 
 llguidance = pytest.importorskip("llguidance")
 EOS = 256
@@ -93,7 +93,7 @@ def test_choose_is_the_argmax_of_the_masked_logits_and_the_reply_is_valid_ir(tok
 
 
 def test_a_span_of_long_passages_is_a_grammar_the_parser_takes(tokenizer):
-    from nlqo.execute.fallback import span_constraint, spans
+    from nlqo.execution.fallback import span_constraint, spans
 
     texts = [" ".join(f"w{p}x{i}" for i in range(200)) + "." for p in range(3)]  # 3,557 spans
     with pytest.raises(LLMError, match="items"):  # the same spans as one flat alternation: too many

@@ -14,13 +14,13 @@ import pytest
 from realmodels import load_or_skip
 
 from nlqo.ir import Atom, Const, Query, Var
-from nlqo.ir_grammar import ir_constraint
-from nlqo.llm.base import ChatMessage
-from nlqo.llm.constrain import ConstrainedCompletion, Matcher, choice, enforced, literal
-from nlqo.parser import parse_question
-from nlqo.prompts import planning
-from nlqo.relations import KINDS, llm_asker
-from nlqo.syntax import parse
+from nlqo.ir.grammar import ir_constraint
+from nlqo.runtime.llm.base import ChatMessage
+from nlqo.runtime.llm.constrain import ConstrainedCompletion, Matcher, choice, enforced, literal
+from nlqo.parser.parse import parse_question
+from nlqo.runtime.prompts import planning
+from nlqo.optimizer.relations import KINDS, llm_asker
+from nlqo.ir.syntax import parse
 
 pytestmark = pytest.mark.real_model
 
@@ -35,7 +35,7 @@ QUESTIONS = (
 def llm(request):
     if request.param == "llama-cpp":
         pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (sh scripts/install-llama-cpp.sh)")
-    from nlqo.models import load_local
+    from nlqo.runtime.models import load_local
 
     return load_or_skip(lambda: load_local("smollm2-135m", runtime=request.param, threads=2, progress=False))
 

@@ -12,18 +12,18 @@ from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 
 from nlqo.errors import ParseFailure
-from nlqo.execute.analyze import node_actuals, parsing_lines
-from nlqo.execute.trace import RunResult, Step
+from nlqo.explain.analyze import node_actuals, parsing_lines
+from nlqo.execution.trace import RunResult, Step
 from nlqo.ir import Atom, Const, Query, Var
-from nlqo.ir_grammar import ir_constraint, max_reply_bytes, whole_grammar
-from nlqo.llm import ScriptedLLM
-from nlqo.llm.base import Capabilities, ChatMessage, Usage
-from nlqo.llm.cache import CachedLLM
-from nlqo.llm.constrain import ConstrainedCompletion, can_constrain, choice, constrained_chat, enforced
-from nlqo.llm.gbnf import to_gbnf
-from nlqo.parser import parse_question
-from nlqo.prompts import planning
-from nlqo.relations import KINDS, llm_asker
+from nlqo.ir.grammar import ir_constraint, max_reply_bytes, whole_grammar
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.runtime.llm.base import Capabilities, ChatMessage, Usage
+from nlqo.runtime.llm.cache import CachedLLM
+from nlqo.runtime.llm.constrain import ConstrainedCompletion, can_constrain, choice, constrained_chat, enforced
+from nlqo.runtime.llm.gbnf import to_gbnf
+from nlqo.parser.parse import parse_question
+from nlqo.runtime.prompts import planning
+from nlqo.optimizer.relations import KINDS, llm_asker
 
 QUESTION = "Where was the director of Jaws born?"
 GOOD = 'q1 = (?director, "directed", "Jaws")\nq2 = (?director, "born in", ?city)\nanswer ?city'

@@ -10,7 +10,7 @@ import pytest
 
 from nlqo.errors import CorpusError
 from nlqo.index import Chunking, Corpus, Fields, chunk_text
-from nlqo.passages import Passage
+from nlqo.common.passages import Passage
 
 
 def write_jsonl(path: Path, lines: list[str]) -> Path:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlqo.cost.expr import BinOp, Call, Name, Neg, Num, evaluate, names, render, signs
-from nlqo.cost.model import CostModel
+from nlqo.optimizer.cost.expr import BinOp, Call, Name, Neg, Num, evaluate, names, render, signs
+from nlqo.optimizer.cost.model import CostModel
 from nlqo.errors import CostModelError
 
 METRICS = ("depth", "size", "edges")
@@ -166,7 +166,7 @@ def test_a_value_that_is_not_an_expression_is_refused(function):
 
 
 def test_an_arity_error_says_how_many_arguments_a_function_takes(monkeypatch):
-    from nlqo.cost import expr
+    from nlqo.optimizer.cost import expr
 
     monkeypatch.setitem(expr.FUNCTIONS, "clamp", lambda x, lo, hi=math.inf: min(max(x, lo), hi))
     monkeypatch.setitem(expr.ARITY, "clamp", (2, 3))

@@ -3,16 +3,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlqo.cost import CostContext, Shape, builtin_metrics, load_cost_model
-from nlqo.cost.metrics import structure_of
-from nlqo.cost.shape import FIELDS
+from nlqo.optimizer.cost import CostContext, Shape, builtin_metrics, load_cost_model
+from nlqo.optimizer.cost.metrics import structure_of
+from nlqo.optimizer.cost.shape import FIELDS
 from nlqo.testing import check_cost_deterministic, check_monotone
 from nlqo.testing.strategies import cost_models, plan, queries
-from nlqo.cost.model import CostModel
+from nlqo.optimizer.cost.model import CostModel
 from nlqo.errors import CostModelError, ConfigError
-from nlqo.plan import ROOT, Tree
-from nlqo.resources import available
-from nlqo.syntax import parse
+from nlqo.optimizer.plan import ROOT, Tree
+from nlqo.common.resources import available
+from nlqo.ir.syntax import parse
 
 Q = parse('q1 = (?a, "p", "x")\nq2 = (?a, "r", ?b)\nq3 = (?b, "s", "y")\nq4 = (?a, "t", "z")\nanswer ?a')
 ORDER = (ROOT, "q1", "q2", "q3", "q4")
@@ -118,7 +118,7 @@ def test_builtin_metrics_move_as_they_declare(shape, field, step):
 
 
 def test_a_wrong_declaration_is_caught():
-    from nlqo.cost import structural
+    from nlqo.optimizer.cost import structural
     from nlqo.testing import InvariantError
 
     @structural(height=1)
@@ -250,7 +250,7 @@ def test_directions_skip_semantic_metrics_wherever_they_sort():
 
 
 def test_structural_refuses_unknown_fields_and_directions():
-    from nlqo.cost import structural
+    from nlqo.optimizer.cost import structural
 
     fields = "size, height, imbalance, edges, leaves"
     with pytest.raises(CostModelError) as caught:
@@ -283,7 +283,7 @@ def test_the_context_orients_relations_and_caches_shapes():
 
 
 def test_shapes_by_hand():
-    from nlqo.cost.shape import shape_of
+    from nlqo.optimizer.cost.shape import shape_of
 
     # r -> a, b; a -> c, d (siblings); c -> e
     kids = {"r": ("a", "b"), "a": ("c", "d"), "c": ("e",)}
@@ -334,7 +334,7 @@ def test_trees_walk_in_order():
 
 
 def test_plan_labels_and_textualised_trees():
-    from nlqo.plan import Cost, Plan, textualise
+    from nlqo.optimizer.plan import Cost, Plan, textualise
 
     assert textualise(Q, TREE) == "a p x; b s y; a r b; a t z"
     assert textualise(Q, TREE, "q2") == "b s y; a r b"
@@ -363,7 +363,7 @@ class _Recorder:
 def test_similarity_embeds_the_textualised_tree_and_the_question_once():
     import numpy as np
 
-    from nlqo.cost.metrics import similarity
+    from nlqo.optimizer.cost.metrics import similarity
     from nlqo.testing import HashEmbedder
 
     embedder = _Recorder()
@@ -384,14 +384,14 @@ def test_similarity_embeds_the_textualised_tree_and_the_question_once():
 
 def test_metrics_from_an_installed_package(tmp_path, monkeypatch):
     (tmp_path / "mymetrics.py").write_text(
-        "from nlqo.cost import structural\n\n\n@structural(height=1)\ndef twice_depth(shape):\n    return 2 * shape.height\n"
+        "from nlqo.optimizer.cost import structural\n\n\n@structural(height=1)\ndef twice_depth(shape):\n    return 2 * shape.height\n"
     )
     dist = tmp_path / "mymetrics-0.1.dist-info"
     dist.mkdir()
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: mymetrics\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[nlqo.metrics]\ntwice_depth = mymetrics:twice_depth\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from nlqo.cost import registry
+    from nlqo.optimizer.cost import registry
 
     assert set(registry()) == {"size", "edges", "depth", "imbalance", "similarity", "leaves", "twice_depth"}
     model = CostModel.parse("cost = twice_depth - size")

@@ -89,7 +89,7 @@ def test_ask_linear_json_on_the_real_model(index, capsys):
 
 
 def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engine):
-    from nlqo.execute.linear import LinearExecutor
+    from nlqo.execution.linear import LinearExecutor
 
     with_reuse = engine.linear.run(QUESTION)
     without = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=2, max_hops=3, kv_reuse=False).run(
@@ -102,7 +102,7 @@ def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engin
 
 
 def test_tree_on_the_real_model(engine):
-    from nlqo.syntax import parse
+    from nlqo.ir.syntax import parse
 
     query = parse(f'question "{QUESTION}"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city')
     plan = engine.optimizer.optimize(query)
@@ -122,8 +122,8 @@ def test_tree_on_the_real_model(engine):
 
 
 def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_an_option(engine):
-    from nlqo.execute.choice import CHOICE_NODE, HELD, held_to_options
-    from nlqo.execute.trace import RunResult, Step
+    from nlqo.planner.choice import CHOICE_NODE, HELD, held_to_options
+    from nlqo.execution.trace import RunResult, Step
 
     question = "Who was born first, Ada Lovelace or Charles Babbage?"
     hits = engine.linear.retriever.search("Ada Lovelace Charles Babbage born", 2)

@@ -7,10 +7,10 @@ import threading
 import numpy as np
 import pytest
 
-from nlqo import embed
-from nlqo.embed import SentenceEmbedder, bundled_path, canonical_name, wants_e5_prefixes
+from nlqo.runtime import embed
+from nlqo.runtime.embed import SentenceEmbedder, bundled_path, canonical_name, wants_e5_prefixes
 from nlqo.errors import ModelNotAvailable
-from nlqo.passages import Embedder
+from nlqo.common.passages import Embedder
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,7 @@ from nlqo.eval.metrics import (
     yes_no,
 )
 from nlqo.eval.summary import differences_table, markdown_table, paired_plan_groups, plan_outcomes, strategy_summary
-from nlqo.llm.scripted import ScriptedLLM
+from nlqo.runtime.llm.scripted import ScriptedLLM
 
 
 def test_squad_normalisation():
@@ -241,7 +241,7 @@ def test_records_name_the_operator_a_plan_was_lowered_to():
 
     from nlqo.eval.datasets import Question
     from nlqo.eval.records import make_record
-    from nlqo.execute.trace import RunResult
+    from nlqo.execution.trace import RunResult
 
     question = Question(id="q", question="Who?", answers=("Rush",))
     lowered = [RunResult("Who?", "Rush", "auto", physical=SimpleNamespace(operator=op), stop_reason=reason, planning_ms=5.0)

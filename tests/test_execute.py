@@ -13,10 +13,10 @@ from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nlqo.config import EngineConfig
-from nlqo.cost import load_cost_model
-from nlqo.execute.engine import Engine
-from nlqo.execute.linear import LinearExecutor
-from nlqo.execute.lower import (
+from nlqo.optimizer.cost import load_cost_model
+from nlqo.execution.engine import Engine
+from nlqo.execution.linear import LinearExecutor
+from nlqo.planner.lower import (
     _PROBE_TEXT,
     BackendProfile,
     Estimate,
@@ -27,13 +27,13 @@ from nlqo.execute.lower import (
     lower,
     shape,
 )
-from nlqo.execute.terminator import Terminator, hops_at, max_similarity
-from nlqo.execute.tree import TreeExecutor
-from nlqo.llm import ScriptedLLM
-from nlqo.optimizer import Optimizer
-from nlqo.plan import ROOT
-from nlqo.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
-from nlqo.syntax import parse
+from nlqo.execution.terminator import Terminator, hops_at, max_similarity
+from nlqo.execution.tree import TreeExecutor
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.optimizer.optimizer import Optimizer
+from nlqo.optimizer.plan import ROOT
+from nlqo.runtime.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
+from nlqo.ir.syntax import parse
 from nlqo.testing.strategies import plan as plan_with
 from nlqo.testing.strategies import queries
 
@@ -64,7 +64,7 @@ class NodeLLM:
         self.barrier = barrier
 
     def chat(self, messages, *, stop=(), max_tokens=32):
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         text = messages[-1].content
         if "Fact to look up:" in text:
@@ -119,7 +119,7 @@ class CopyingLLM(NodeLLM):
     """Rewrites every atom into the main question, as small models often do."""
 
     def chat(self, messages, *, stop=(), max_tokens=32):
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         text = messages[-1].content
         if "Fact to look up:" in text:
@@ -168,7 +168,7 @@ class EmptyChildLLM(NodeLLM):
     """Answers nothing to the leaf: its parent cannot be filled in and falls back to the rewrite."""
 
     def chat(self, messages, *, stop=(), max_tokens=32):
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         text = messages[-1].content
         if "Question: What is ?d in:" in text:
@@ -363,7 +363,7 @@ def single_atom_engine(ir: str, **options) -> tuple[Engine, ScriptedLLM]:
 
 
 def test_auto_answers_a_single_atom_plan_with_one_retrieval_and_explains_it():
-    from nlqo.execute import analyze
+    from nlqo.explain import analyze
 
     engine, llm = single_atom_engine('q1 = (?d, "directed", "Jaws")\nanswer ?d', simple_plans="retrieve")
     result = engine.ask("Who directed Jaws?")
@@ -666,7 +666,7 @@ class TimedLLM:
         self.lock = threading.Lock()
 
     def complete(self, prompt, *, stop=(), max_tokens=256):
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         with self.lock:
             self.calls.append((prompt, max_tokens))
@@ -676,7 +676,7 @@ class TimedLLM:
 
 
 def test_backend_costs_are_measured_by_two_probes():
-    from nlqo.execute.lower import measure_profile
+    from nlqo.planner.lower import measure_profile
 
     base = BackendProfile(concurrency=4, kv_reuse=False)
     llm = TimedLLM()
@@ -693,7 +693,7 @@ def test_backend_costs_are_measured_by_two_probes():
 
 
 def test_the_bench_auto_strategy_lowers_on_measured_costs_and_the_others_do_not_probe():
-    from nlqo.strategies import build_strategy
+    from nlqo.eval.strategy import build_strategy
 
     built = {
         name: build_strategy(name, TimedLLM(), KeywordRetriever(PASSAGES), embedder=HashEmbedder())
@@ -727,7 +727,7 @@ class BatchingLLM(TimedLLM):
 
 @pytest.mark.parametrize("gain, tree_wins", [(lambda n: 1.0, False), (lambda n: float(n), True)])
 def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_nodes(gain, tree_wins):
-    from nlqo.execute.lower import measure_batch_speedup, measure_profile
+    from nlqo.planner.lower import measure_batch_speedup, measure_profile
 
     speedup = measure_batch_speedup(BatchingLLM(gain), 4)
     assert len(speedup) == 4 and speedup[0] == 1.0
@@ -757,7 +757,7 @@ def test_the_measured_batch_gain_decides_whether_a_wave_costs_less_than_its_node
     ],
 )
 def test_the_probes_measure_a_backend_exactly_when_its_two_costs_come_out_positive(timing, costs):
-    from nlqo.execute.lower import measure_profile
+    from nlqo.planner.lower import measure_profile
 
     base = BackendProfile(concurrency=1, kv_reuse=True)
     measured = measure_profile(TimedLLM(**timing), base)
@@ -774,7 +774,7 @@ def test_the_probes_measure_a_backend_exactly_when_its_two_costs_come_out_positi
 
 
 def test_the_batch_gain_is_measured_up_to_four_requests_also_on_a_fast_backend():
-    from nlqo.execute.lower import measure_batch_speedup
+    from nlqo.planner.lower import measure_batch_speedup
 
     llm = BatchingLLM(lambda n: float(n), prefill_ms=0.001, decode_ms=0.01)  # a request takes 0.124 ms
     assert measure_batch_speedup(llm, 8) == pytest.approx((1.0, 2.0, 3.0, 4.0))

@@ -12,7 +12,7 @@ from pathlib import Path
 import attrs
 import pytest
 
-from nlqo.docblocks import read_block, write_block
+from nlqo.common.docblocks import read_block, write_block
 from nlqo.eval import experiment as ex
 
 REPO = Path(__file__).resolve().parents[1]

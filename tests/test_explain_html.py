@@ -20,16 +20,16 @@ from hypothesis import strategies as st
 
 from browser import CHROMIUM, Chromium
 from fakes import HashEmbedder
-from nlqo import explain, explain_html
+from nlqo.explain import html, render
 from nlqo.cli import common, main
-from nlqo.cost import CostContext, load_cost_model
+from nlqo.optimizer.cost import CostContext, load_cost_model
 from nlqo.config import EngineConfig
-from nlqo.execute.engine import Engine
+from nlqo.execution.engine import Engine
 from nlqo.index import build_index, open_retriever
-from nlqo.llm import ScriptedLLM
-from nlqo.optimizer import Optimizer
-from nlqo.passages import Passage
-from nlqo.syntax import parse
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.optimizer.optimizer import Optimizer
+from nlqo.common.passages import Passage
+from nlqo.ir.syntax import parse
 
 REPO = Path(__file__).resolve().parents[1]
 OLDER = REPO / "examples" / "older.nlqo"
@@ -68,23 +68,23 @@ def page_data(html: str) -> list[dict]:
     )
 )
 def test_embedded_json_is_inert_and_parses_back(data):
-    text = explain_html.script_json(data)
+    text = html.script_json(data)
     assert not set(text) & set("<>&\u2028\u2029")
     assert json.loads(text) == data
 
 
 def test_the_page_is_self_contained_and_carries_one_copy_of_the_data():
-    html = explain_html.render([explain_html.entry({"question": SCRIPT, "nodes": [], "root": "$root"})])
+    html = html.render([html.entry({"question": SCRIPT, "nodes": [], "root": "$root"})])
     assert html.count("<script") == 2 and "</script><" not in html.split("nlqo-plans")[1][:200]
     assert page_data(html)[0]["explain"]["question"] == SCRIPT
-    template = explain_html.TEMPLATE.read_text()
+    template = html.TEMPLATE.read_text()
     assert not re.search(
         r"https?:|//[a-z]|\bsrc=|\bhref=|@import|url\(|innerHTML|outerHTML|insertAdjacentHTML|document\.write", template
     )
     csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
     assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and csp.count("'sha256-") == 2
     with pytest.raises(ValueError):
-        explain_html.render([])
+        html.render([])
 
 
 # --- pages built by `nlqo explain` ----------------------------------------------------------------
@@ -206,17 +206,17 @@ def test_explain_page_draws_every_node_with_its_cost(browser, tmp_path):
     query = parse(OLDER.read_text())
     model = load_cost_model("structural")
     plan = Optimizer(cost_model=model).optimize(query)
-    data = explain.to_dict(
-        plan, model=model, costs=explain.node_costs(plan, model, CostContext(plan.query, plan.relations, None))
+    data = render.to_dict(
+        plan, model=model, costs=render.node_costs(plan, model, CostContext(plan.query, plan.relations, None))
     )
-    path = explain_html.write(tmp_path / "plan.html", [explain_html.entry(data)])
+    path = html.write(tmp_path / "plan.html", [html.entry(data)])
     load(browser, path)
     boxes = nodes_in_dom(browser)
     assert set(boxes) == {n["id"] for n in data["nodes"]} == {"$root", "q1", "q2", "q3", "q4"}
     for node in data["nodes"]:
         box = boxes[node["id"]]
-        assert box["figures"]["cost"] == f"cost {explain._fmt(node['cost']['total'])}"
-        assert all(f"{k}={explain._fmt(v)}" in box["text"] for k, v in node["cost"]["terms"].items())
+        assert box["figures"]["cost"] == f"cost {render._fmt(node['cost']['total'])}"
+        assert all(f"{k}={render._fmt(v)}" in box["text"] for k, v in node["cost"]["terms"].items())
         assert node["id"] == "$root" or " ".join(node["triple"]) in box["text"].replace("\n", " ")
     assert not any("heaviest" in b["classes"] for b in boxes.values())  # nothing measured, nothing highlighted
     assert browser.eval("document.getElementById('kind').textContent") == "EXPLAIN"
@@ -365,7 +365,7 @@ def test_bench_writes_one_plan_page_and_answers_md_links_each_planned_run(browse
     from nlqo.eval.datasets import QuestionSet
     from nlqo.eval.report import write_report
     from nlqo.eval.runner import Bench
-    from nlqo.strategies import build_strategy
+    from nlqo.eval.strategy import build_strategy
 
     rows = [
         {
@@ -462,7 +462,7 @@ def test_the_page_shows_autos_choice_with_every_candidate(browser, tmp_path, mon
         "actual_seconds": 9.1,
         "q_error": 1.058,
     }
-    page = explain_html.write(tmp_path / "choice.html", [explain_html.entry(data)])
+    page = html.write(tmp_path / "choice.html", [html.entry(data)])
     load(browser, page)
     text = browser.eval("document.getElementById('choice').innerText")
     assert "policy balanced, question class other; statistics: statistics.json" in text

@@ -6,10 +6,10 @@ import json
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
-from nlqo.execute.engine import Engine
-from nlqo.execute.fallback import NO_ANSWER, span_constraint, spans
-from nlqo.execute.trace import Trace
-from nlqo.llm import ScriptedLLM
+from nlqo.execution.engine import Engine
+from nlqo.execution.fallback import NO_ANSWER, span_constraint, spans
+from nlqo.execution.trace import Trace
+from nlqo.runtime.llm import ScriptedLLM
 
 QUESTION = "In which city was the director of Jaws born?"
 
@@ -85,8 +85,8 @@ def test_spans_are_short_runs_of_the_passages_plus_yes_and_no():
 
 
 def test_a_runs_distinct_passages_keep_first_retrieval_order_and_best_score():
-    from nlqo.execute.fallback import best_passages
-    from nlqo.execute.trace import PassageRef, RunResult, Step
+    from nlqo.execution.fallback import best_passages
+    from nlqo.execution.trace import PassageRef, RunResult, Step
 
     def hop(node, *refs):
         return Step(

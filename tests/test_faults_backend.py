@@ -17,8 +17,8 @@ from typing import Callable
 import pytest
 
 from nlqo.errors import LLMError, NlqoError
-from nlqo.llm.base import ChatMessage
-from nlqo.llm.openai_compat import OpenAICompatLLM
+from nlqo.runtime.llm.base import ChatMessage
+from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
 
 OK = json.dumps(
     {"choices": [{"message": {"role": "assistant", "content": "Paris"}, "finish_reason": "stop"}], "usage": {}}

@@ -25,14 +25,14 @@ from typing import Callable
 import pytest
 
 from nlqo.errors import ModelNotAvailable, RepairWarning
-from nlqo.models import convert as convert_module
-from nlqo.models import gguf as gguf_module
-from nlqo.models import resolve_model
-from nlqo.models.convert import MARKER, read_marker
-from nlqo.models.gguf import bundled_gguf, gguf_root
-from nlqo.models.lock import lock_path
-from nlqo.models.registry import BundledModel
-from nlqo.models.resolve import bundled_dir
+from nlqo.runtime.models import convert as convert_module
+from nlqo.runtime.models import gguf as gguf_module
+from nlqo.runtime.models import resolve_model
+from nlqo.runtime.models.convert import MARKER, read_marker
+from nlqo.runtime.models.gguf import bundled_gguf, gguf_root
+from nlqo.runtime.models.lock import lock_path
+from nlqo.runtime.models.registry import BundledModel
+from nlqo.runtime.models.resolve import bundled_dir
 
 PAYLOAD = (b"GGUF-part-one|", b"part-two|", b"end")
 WEIGHTS = b"float32 weights " * 64
@@ -40,7 +40,7 @@ WEIGHTS = b"float32 weights " * 64
 REGISTRY = f'''
 """The fake models of tests/test_faults_models.py (imported by the test and by its builder processes)."""
 import hashlib
-from nlqo.models.registry import BundledModel, Part
+from nlqo.runtime.models.registry import BundledModel, Part
 
 PAYLOAD = {PAYLOAD!r}
 BLOB = b"".join(PAYLOAD)
@@ -62,7 +62,7 @@ $NLQO_CACHE, logging each build to ``events`` and pausing in the middle of it un
 import hashlib, json, os, sys, time
 from pathlib import Path
 
-from nlqo.models import convert, gguf, parts, resolve
+from nlqo.runtime.models import convert, gguf, parts, resolve
 from nlqofault_registry import MODEL
 
 mode, work = sys.argv[1], Path(sys.argv[2])

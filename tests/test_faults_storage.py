@@ -537,7 +537,7 @@ def test_a_really_full_disk_keeps_the_old_index_and_the_records(files, tmp_path)
 
 @pytest.mark.real_model
 def test_a_real_bench_killed_after_its_first_record_resumes_with_every_record_once(files):
-    from nlqo.llm.backends import load_llm
+    from nlqo.runtime.llm.backends import load_llm
     from realmodels import load_or_skip
 
     load_or_skip(lambda: load_llm("smollm2-135m"))

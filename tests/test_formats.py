@@ -16,15 +16,15 @@ import pytest
 
 from browser import CHROMIUM, Chromium
 from fakes import HashEmbedder
-from nlqo import formats
+from nlqo.explain import formats
 from nlqo.cli import common, main
 from nlqo.config import EngineConfig
-from nlqo.execute.engine import Engine
+from nlqo.execution.engine import Engine
 from nlqo.index import build_index, open_retriever
 from nlqo.kinds import OutputFormat
-from nlqo.llm import ScriptedLLM
-from nlqo.passages import Passage
-from nlqo.syntax import parse
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.common.passages import Passage
+from nlqo.ir.syntax import parse
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((REPO / "examples").glob("*.nlqo"))
@@ -102,8 +102,8 @@ def test_plan_writes_every_format_and_each_parses(example, fmt, tmp_path, capsys
 
 
 def _optimize(example: Path):
-    from nlqo.cost import load_cost_model
-    from nlqo.optimizer import Optimizer
+    from nlqo.optimizer.cost import load_cost_model
+    from nlqo.optimizer.optimizer import Optimizer
 
     return Optimizer(cost_model=load_cost_model("structural")).optimize(parse(example.read_text()))
 

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from nlqo.cli import main
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Query
-from nlqo.syntax import parse, parse_bytes, render
+from nlqo.ir.syntax import parse, parse_bytes, render
 from nlqo.testing import HashEmbedder, ScriptedLLM
 
 EXAMPLES = {
@@ -176,11 +176,11 @@ def scripted() -> ScriptedLLM:
 @pytest.fixture
 def fake_models(monkeypatch):
     """Every embedder nlqo loads is the hashing one, every model the scripted LLM."""
-    import nlqo.builder
-    from nlqo.embed import SentenceEmbedder
+    import nlqo.execution.builder
+    from nlqo.runtime.embed import SentenceEmbedder
 
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(lambda cls, *a, **kw: NamedHashEmbedder()))
-    monkeypatch.setattr(nlqo.builder, "load_llm", lambda *a, **kw: scripted())
+    monkeypatch.setattr(nlqo.execution.builder, "load_llm", lambda *a, **kw: scripted())
 
 
 def no_model(*args, **kwargs):
@@ -388,10 +388,10 @@ QUESTION_ERRORS = {
 def test_a_question_that_cannot_be_asked_is_refused_before_any_model_loads(
     monkeypatch, capsys, tmp_path, command, question, message
 ):
-    import nlqo.builder
-    from nlqo.embed import SentenceEmbedder
+    import nlqo.execution.builder
+    from nlqo.runtime.embed import SentenceEmbedder
 
-    monkeypatch.setattr(nlqo.builder, "load_llm", no_model)
+    monkeypatch.setattr(nlqo.execution.builder, "load_llm", no_model)
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(no_model))
     index = () if command == "parse" else ("--index", tmp_path / "no-index")
     code, out, err = run(capsys, command, question, *index)
@@ -488,7 +488,7 @@ def test_command_line_bytes_that_are_not_utf8_are_refused_by_the_real_cli():
 @pytest.mark.parametrize("question", [ODD_QUESTIONS["tabs and line breaks"], ODD_QUESTIONS["right-to-left and emoji"], ODD_QUESTIONS["2000 characters"]],
                          ids=["tabs and line breaks", "right-to-left and emoji", "2000 characters"])  # fmt: skip
 def test_odd_questions_on_the_real_small_model(monkeypatch, capsys, tmp_path, question):
-    from nlqo.embed import SentenceEmbedder
+    from nlqo.runtime.embed import SentenceEmbedder
 
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(lambda cls, *a, **kw: NamedHashEmbedder()))
     source = tmp_path / "corpus.jsonl"
@@ -513,7 +513,7 @@ _JSON = st.none() | st.booleans() | st.integers(-5, 10**30) | st.floats(allow_na
 @pytest.fixture(scope="module")
 def built_index(tmp_path_factory) -> Path:
     from nlqo.index import build_index
-    from nlqo.passages import Passage
+    from nlqo.common.passages import Passage
 
     folder = tmp_path_factory.mktemp("manifest") / "idx"
     build_index(

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from nlqo.cli import main
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Query
-from nlqo.syntax import parse, parse_bytes, read, render
+from nlqo.ir.syntax import parse, parse_bytes, read, render
 
 VALID = 'question "Who directed Jaws?"\nq1 = (?d, "directed", "Jaws")\nrelation q1 none q1x\nq1x = (?d, "born in", ?c)\nanswer ?d\n'
 
@@ -153,7 +153,7 @@ def test_a_valid_file_with_bytes_spliced_in_gives_a_query_or_a_located_error(at,
 
 def _write_relations(path: str, worker: int, rounds: int, start) -> None:
     from nlqo.ir import Atom, Const, Var
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     start.wait(timeout=60)
     for r in range(rounds):
@@ -185,7 +185,7 @@ def test_processes_writing_one_relation_cache_lose_nothing_and_leave_valid_json(
 
 def test_a_corrupt_relation_cache_is_a_clear_error(tmp_path):
     from nlqo.errors import ConfigError
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     path = tmp_path / "relations.json"
     path.write_bytes(b'{"a\\tb": "par')
@@ -197,7 +197,7 @@ def _read_relation_under_the_c_locale(path: str, out) -> None:
     import locale
 
     from nlqo.ir import Atom, Const, Var
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     a = Atom("a", Var("x"), Const("born in"), Const("Zürich"))
     b = Atom("b", Var("x"), Const("lives in"), Const("Genève"))
@@ -251,7 +251,7 @@ def test_a_relation_cache_is_read_as_utf8_in_this_process_under_an_ascii_ctype()
 @pytest.mark.parametrize("content", ['["a\\tb", "parent"]', '{"a\\tb": 1}', '{"a\\tb": null}', '"parent"'])
 def test_json_that_is_not_a_relation_cache_is_a_clear_error(tmp_path, content):
     from nlqo.errors import ConfigError
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     path = tmp_path / "relations.json"
     path.write_text(content)
@@ -268,7 +268,7 @@ def test_a_relation_cache_saves_one_sorted_entry_a_line_into_folders_it_makes(tm
     from pathlib import Path
 
     from nlqo.ir import Atom, Const, Var
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no such temp folder"))
     path = tmp_path / "deep" / "er" / "relations.json"
@@ -297,7 +297,7 @@ def test_a_relation_cache_that_cannot_be_written_raises_the_write_error_and_leav
     import os
 
     from nlqo.ir import Atom, Const, Var
-    from nlqo.relations import RelationCache
+    from nlqo.optimizer.relations import RelationCache
 
     def full(*args):
         raise OSError("no space left on device")

@@ -17,7 +17,7 @@ from nlqo.cli import main
 from nlqo.errors import CorpusError, IndexFileError
 from nlqo.index import DenseParams, Index, build_index, open_retriever
 from nlqo.index import atomic
-from nlqo.passages import Hit, Passage, Retriever
+from nlqo.common.passages import Hit, Passage, Retriever
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,7 +296,7 @@ KILLED_BUILD = (
 import sys
 from pathlib import Path
 from nlqo.index import build_index
-from nlqo.passages import Passage
+from nlqo.common.passages import Passage
 
 class Announcing(HashEmbedder):
     def encode(self, texts, *, kind="query", progress=None):
@@ -400,7 +400,7 @@ def test_cli_help_mentions_formats(capsys):
 
 @pytest.fixture(scope="module")
 def embedder():
-    from nlqo.embed import SentenceEmbedder
+    from nlqo.runtime.embed import SentenceEmbedder
 
     return SentenceEmbedder.load()
 

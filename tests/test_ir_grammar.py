@@ -1,6 +1,6 @@
 """The generation grammar stays inside the validation grammar.
 
-Strings are generated from ``grammar/nlqo-generate.lark`` (as completed by ``nlqo.ir_grammar``) in
+Strings are generated from ``grammar/nlqo-generate.lark`` (as completed by ``nlqo.ir.grammar``) in
 two ways: by hypothesis from Lark's reading of the grammar, and by random walks through
 llguidance's matcher, the engine that constrains the models (over a byte-level vocabulary, so every
 string it allows can be reached). Either way, the first stage followed by the answer stage must parse
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.lark import from_lark
 
 from nlqo.errors import IRSemanticError
-from nlqo.ir_grammar import answer_grammar, generation_grammar, ir_constraint, max_reply_bytes, mentioned, whole_grammar
-from nlqo.parser import check_grounded
-from nlqo.syntax import parse
+from nlqo.ir.grammar import answer_grammar, generation_grammar, ir_constraint, max_reply_bytes, mentioned, whole_grammar
+from nlqo.parser.parse import check_grounded
+from nlqo.ir.syntax import parse
 
 llguidance = pytest.importorskip("llguidance")
 

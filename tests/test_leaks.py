@@ -9,7 +9,7 @@ import pytest
 
 from nlqo.eval.leaks import demo_leak
 from nlqo.eval.summary import strategy_summary
-from nlqo.prompts import baselines, demonstration_answers, execution
+from nlqo.runtime.prompts import baselines, demonstration_answers, execution
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,7 +46,7 @@ KNOWN_LEAKS = {
 }
 """The committed predictions that repeat their prompt's demonstrations (the engine's strategies have
 none: where auto's template wrote its demonstration's year on MuSiQue, the engine now asks again,
-nlqo.execute.fallback, and those two records were re-run): the benchmark reports them as a missed
+nlqo.execution.fallback, and those two records were re-run): the benchmark reports them as a missed
 target, and a new one fails the test."""
 
 

@@ -15,7 +15,7 @@ import pytest
 from realmodels import load_or_skip
 
 from nlqo.errors import ConfigError, LLMError, ModelNotAvailable
-from nlqo.llm.base import LLM, ChatMessage
+from nlqo.runtime.llm.base import LLM, ChatMessage
 
 pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (sh scripts/install-llama-cpp.sh)")
 real_model = pytest.mark.real_model
@@ -40,7 +40,7 @@ def user_turn(question: str) -> str:
 
 @pytest.fixture(scope="module")
 def llm():
-    from nlqo.models import load_local
+    from nlqo.runtime.models import load_local
 
     return load_or_skip(lambda: load_local("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
 
@@ -57,7 +57,7 @@ def prefix(llm) -> str:
 
 
 def test_loads_the_bundled_gguf_and_answers_from_its_chat_template(llm):
-    from nlqo.llm.llamacpp import LlamaCppLLM
+    from nlqo.runtime.llm.llamacpp import LlamaCppLLM
 
     assert isinstance(llm, LlamaCppLLM) and isinstance(llm, LLM)
     assert llm.name == "smollm2-135m" and llm.threads == 2 and llm.concurrency >= 2
@@ -70,7 +70,7 @@ def test_loads_the_bundled_gguf_and_answers_from_its_chat_template(llm):
 
 def test_greedy_answers_equal_the_transformers_float32_reference(llm):
     """The runtime must not change the model: same chat text, same tokens, same greedy answers."""
-    from nlqo.models import load_transformers
+    from nlqo.runtime.models import load_transformers
 
     reference = load_transformers("smollm2-135m", progress=False)
     messages = [ChatMessage("system", SYSTEM), ChatMessage("user", QUESTIONS[0])]
@@ -249,7 +249,7 @@ def test_the_linear_template_serves_most_prompt_tokens_from_the_restored_scaffol
     """TSSS's point: the scaffold is computed once; later questions restore it."""
     from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 
-    from nlqo.execute.linear import LinearExecutor
+    from nlqo.execution.linear import LinearExecutor
 
     retriever = KeywordRetriever(PASSAGES)
     executor = LinearExecutor(llm.fork(), retriever, HashEmbedder(), k=2, max_hops=2)
@@ -261,7 +261,7 @@ def test_the_linear_template_serves_most_prompt_tokens_from_the_restored_scaffol
 
 
 def test_a_missing_or_corrupt_gguf_is_named_in_the_error(tmp_path):
-    from nlqo.llm.llamacpp import LlamaCppLLM
+    from nlqo.runtime.llm.llamacpp import LlamaCppLLM
 
     missing = tmp_path / "absent.gguf"
     with pytest.raises(ModelNotAvailable, match="absent.gguf"):
@@ -277,7 +277,7 @@ def test_a_missing_or_corrupt_gguf_is_named_in_the_error(tmp_path):
 
 
 def test_runtime_choice_is_explicit_about_what_cannot_run(tmp_path):
-    from nlqo.models import choose_runtime
+    from nlqo.runtime.models import choose_runtime
 
     assert choose_runtime("smollm2-135m", progress=False)[0] == "llama-cpp"
     assert choose_runtime("smollm2-135m", "transformers", progress=False) == ("transformers", None)
@@ -299,7 +299,7 @@ def live_runtimes() -> int:
 
 
 def load_135m():
-    from nlqo.models import load_local
+    from nlqo.runtime.models import load_local
 
     return load_or_skip(lambda: load_local("smollm2-135m", runtime="llama-cpp", threads=2, progress=False))
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from nlqo.errors import LLMError
-from nlqo.llm.base import LLM, Capabilities, ChatMessage, Usage
-from nlqo.llm.cache import CachedLLM, is_cache_hit, request_key, with_cache
-from nlqo.llm.openai_compat import OpenAICompatLLM
-from nlqo.llm.scripted import ScriptedLLM
+from nlqo.runtime.llm.base import LLM, Capabilities, ChatMessage, Usage
+from nlqo.runtime.llm.cache import CachedLLM, is_cache_hit, request_key, with_cache
+from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
+from nlqo.runtime.llm.scripted import ScriptedLLM
 
 BIG = 50_000
 """Reply length in the concurrency tests: large enough that a non-atomic write would be seen torn."""
@@ -260,7 +260,7 @@ class PrefixLLM(ScriptedLLM):
 
 
 def test_prefix_cache_requests_reach_the_backend_on_a_miss(tmp_path):
-    from nlqo.llm.base import complete_reusing_prefix
+    from nlqo.runtime.llm.base import complete_reusing_prefix
 
     inner = PrefixLLM()
     llm = CachedLLM(inner, tmp_path)

@@ -13,7 +13,7 @@ import pytest
 from realmodels import load_or_skip
 import torch
 
-from nlqo.llm.base import LLM, ChatMessage
+from nlqo.runtime.llm.base import LLM, ChatMessage
 
 real_model = pytest.mark.real_model
 
@@ -30,7 +30,7 @@ def user_turn(question: str) -> str:
 
 @pytest.fixture(scope="session")
 def llm():
-    from nlqo.models import load_transformers
+    from nlqo.runtime.models import load_transformers
 
     return load_or_skip(lambda: load_transformers("smollm2-135m", progress=False))
 
@@ -238,7 +238,7 @@ def tiny():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    from nlqo.llm.local import TransformersLLM
+    from nlqo.runtime.llm.local import TransformersLLM
 
     words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]
     backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
@@ -296,7 +296,7 @@ class _Vocab:
 def test_generation_also_ends_at_the_vocabularys_end_of_turn_specials():
     from types import SimpleNamespace
 
-    from nlqo.llm.local import _end_tokens
+    from nlqo.runtime.llm.local import _end_tokens
 
     model = SimpleNamespace(generation_config=SimpleNamespace(eos_token_id=7))
     vocab = {"<|im_end|>": 7, "<|endoftext|>": 3, "<|end|>": 9, "hello": 1}
@@ -308,7 +308,7 @@ def test_generation_also_ends_at_the_vocabularys_end_of_turn_specials():
 
 
 def test_an_unknown_quantization_is_named_in_the_error(tiny):
-    from nlqo.llm.local import quantized
+    from nlqo.runtime.llm.local import quantized
 
     with pytest.raises(ValueError, match="unknown quantization 'int4'; choose one of none, int8"):
         quantized(tiny.model, "int4")
@@ -317,7 +317,7 @@ def test_an_unknown_quantization_is_named_in_the_error(tiny):
 
 @real_model
 def test_int8_quantization_swaps_every_linear_layer_and_still_answers(llm):
-    from nlqo.models import load_transformers
+    from nlqo.runtime.models import load_transformers
 
     q = load_transformers("smollm2-135m", quantize="int8", progress=False)
     assert not any(type(m) is torch.nn.Linear for m in q.model.modules())

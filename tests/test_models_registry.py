@@ -18,11 +18,11 @@ import pytest
 
 from nlqo.cli import main
 from nlqo.errors import ModelNotAvailable
-from nlqo.models import BUNDLED, Origin, bundled_dir, get_bundled, resolve_model
-from nlqo.models import convert as convert_module
-from nlqo.models.convert import MARKER, is_converted, read_marker
-from nlqo.models.parts import assemble, locate
-from nlqo.models.registry import BundledModel, Part
+from nlqo.runtime.models import BUNDLED, Origin, bundled_dir, get_bundled, resolve_model
+from nlqo.runtime.models import convert as convert_module
+from nlqo.runtime.models.convert import MARKER, is_converted, read_marker
+from nlqo.runtime.models.parts import assemble, locate
+from nlqo.runtime.models.registry import BundledModel, Part
 
 PAYLOAD = (b"GGUF-part-one|", b"part-two|", b"end")
 
@@ -211,7 +211,7 @@ def test_conversion_is_atomic_and_a_retry_works(fake_site, tmp_path, tiny_loader
 
 
 def test_converted_tiny_model_loads_offline_and_generates(fake_site, tmp_path, tiny_loader):
-    from nlqo.llm.local import TransformersLLM
+    from nlqo.runtime.llm.local import TransformersLLM
 
     resolved = resolve_model("fake-model", registry=(fake_model(),), cache_dir=tmp_path / "cache", progress=False)
     llm = TransformersLLM.load(resolved.path, name="tiny")

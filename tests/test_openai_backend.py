@@ -11,9 +11,9 @@ from llama_server import MODEL_ALIAS, free_port, llama_server_fixture
 from loopback import Loopback, QuietHandler
 
 from nlqo.errors import LLMError
-from nlqo.llm.base import LLM, ChatMessage
-from nlqo.llm.cache import CachedLLM, is_cache_hit
-from nlqo.llm.openai_compat import OpenAICompatLLM
+from nlqo.runtime.llm.base import LLM, ChatMessage
+from nlqo.runtime.llm.cache import CachedLLM, is_cache_hit
+from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
 
 CHAT_OK = {
     "choices": [{"message": {"role": "assistant", "content": "Paris. And more"}, "finish_reason": "stop"}],
@@ -283,11 +283,11 @@ def test_real_through_cache(real: OpenAICompatLLM, tmp_path):
 def test_real_server_follows_a_grammar_passed_as_gbnf(llama_server: str):
     """llama.cpp's own GBNF parser takes nlqo's grammars: relation words and the IR's whole-reply grammar."""
     from nlqo.errors import IRSemanticError
-    from nlqo.ir_grammar import ir_constraint
-    from nlqo.llm.constrain import choice, constrained_chat
-    from nlqo.prompts import planning
-    from nlqo.relations import KINDS
-    from nlqo.syntax import parse
+    from nlqo.ir.grammar import ir_constraint
+    from nlqo.runtime.llm.constrain import choice, constrained_chat
+    from nlqo.runtime.prompts import planning
+    from nlqo.optimizer.relations import KINDS
+    from nlqo.ir.syntax import parse
 
     llm = OpenAICompatLLM(llama_server, MODEL_ALIAS, timeout_s=120.0, grammar_field="grammar")
     word = constrained_chat(llm, [ChatMessage("user", "Write a poem about the sea.")], choice(KINDS), max_tokens=8)

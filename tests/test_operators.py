@@ -10,13 +10,13 @@ import pytest
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError
-from nlqo.execute import analyze
-from nlqo.execute.engine import Engine
-from nlqo.llm import ScriptedLLM
-from nlqo.operators import OPERATORS
-from nlqo.statistics.intervals import wilson
-from nlqo.statistics.store import OperatorStats, Statistics, save
-from nlqo.strategies.baselines import IterRetGen
+from nlqo.explain import analyze
+from nlqo.execution.engine import Engine
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.execution.operators import OPERATORS
+from nlqo.planner.statistics.intervals import wilson
+from nlqo.planner.statistics.store import OperatorStats, Statistics, save
+from nlqo.eval.baselines import IterRetGen
 
 QUESTION = "In which city was the director of Jaws born?"
 RAG = "given documents"
@@ -116,7 +116,7 @@ def test_a_time_budget_leaves_out_slow_operators():
 
 
 def test_statistics_of_another_model_are_refused_naming_the_difference(tmp_path):
-    from nlqo.builder import load_statistics
+    from nlqo.execution.builder import load_statistics
 
     path = save(
         Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators={}), tmp_path / "statistics.json"

@@ -9,17 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlqo.cli import main
-from nlqo.cost import load_cost_model
-from nlqo.cost.model import CostModel
-from nlqo.cost.shape import LEAF, Shape, attach, finished, shape_of
-from nlqo.cost.shape import ROOT as QUESTION
+from nlqo.optimizer.cost import load_cost_model
+from nlqo.optimizer.cost.model import CostModel
+from nlqo.optimizer.cost.shape import LEAF, Shape, attach, finished, shape_of
+from nlqo.optimizer.cost.shape import ROOT as QUESTION
 from nlqo.errors import IRSemanticError, LimitError
-from nlqo.optimizer import Optimizer, dp
+from nlqo.optimizer import dp
+from nlqo.optimizer.optimizer import Optimizer
 from nlqo.optimizer.dp import Entry, Order, _insert, _split
 from nlqo.optimizer.graph import JoinGraph
-from nlqo.plan import ROOT
-from nlqo.relations import RELATION_LABELS, RelationCache, resolve
-from nlqo.syntax import parse
+from nlqo.optimizer.plan import ROOT
+from nlqo.optimizer.relations import RELATION_LABELS, RelationCache, resolve
+from nlqo.ir.syntax import parse
 from nlqo.testing import check_cost_deterministic, check_plan, cheapest
 from nlqo.testing.strategies import chain, comparisons, cost_models, plan, queries, star
 
@@ -109,7 +110,7 @@ def test_a_semantic_metric_makes_the_search_inexact_and_says_why():
 
 
 def test_relation_cache_cold_and_warm_give_the_same_plan(tmp_path):
-    from nlqo.llm import ScriptedLLM
+    from nlqo.runtime.llm import ScriptedLLM
 
     q = parse(
         'question "Which band released Counterparts and had a famous drummer?"\n'
@@ -266,7 +267,7 @@ THREE_ALIKE = 'question "Q?"\nq1 = (?a, "p", "x")\nq2 = (?a, "r", "y")\nq3 = (?a
 
 @pytest.mark.parametrize("rounds", [3, 5])
 def test_context_merge_rejection_replans_without_the_edge(rounds):
-    from nlqo.llm import ScriptedLLM
+    from nlqo.runtime.llm import ScriptedLLM
 
     llm = ScriptedLLM([("Relation of A", "parent"), ("Sensible", "no")])
     deep = CostModel.parse("cost = -depth")  # prefers the chain the merge check will refuse
@@ -291,7 +292,7 @@ def test_context_merge_rejection_replans_without_the_edge(rounds):
 )
 def test_a_rejection_after_the_last_round_is_reported_and_the_plan_keeps_that_edge(rounds, parents, last):
     """There is no round left to re-plan in; the plan is still valid (it failed verify before)."""
-    from nlqo.llm import ScriptedLLM
+    from nlqo.runtime.llm import ScriptedLLM
 
     llm = ScriptedLLM([("Relation of A", "parent"), ("Sensible", "no")])
     p = check_plan(
@@ -312,14 +313,14 @@ class Recording:
     name = "recording"
 
     def __init__(self, reply, *, constraint="tokens"):
-        from nlqo.llm.base import Capabilities
+        from nlqo.runtime.llm.base import Capabilities
 
         self.reply = reply
         self.capabilities = Capabilities(constraint=constraint, prefix_cache=True)
         self.calls: list[dict] = []
 
     def chat(self, messages, *, stop=(), max_tokens=256, **options):
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         prompt = messages[-1].content
         self.calls.append({"prompt": prompt, "stop": stop, "max_tokens": max_tokens, **options})
@@ -335,7 +336,7 @@ MERGES = 'e = (?a, "t", "w")\ng = (?c, "u", "v")\nf = (?a, "q", ?c)\nh = (?c, "k
 
 
 def _yes_no():
-    from nlqo.llm.constrain import choice
+    from nlqo.runtime.llm.constrain import choice
 
     return choice(("yes", "no"), name="yes-no")
 
@@ -350,7 +351,7 @@ def _judge(merge_reply):
 def test_a_merge_check_asks_about_each_llm_decided_edge_once_with_the_whole_plan(tmp_path, question):
     """Edges under the question and edges the triples decide (in either orientation) are not checked,
     and the walk goes on past them; the verdict is cached under the plan and the edge."""
-    from nlqo.prompts import planning
+    from nlqo.runtime.prompts import planning
 
     deep = CostModel.parse("cost = -depth")
     llm = Recording(_judge("yes"))
@@ -472,7 +473,7 @@ def test_a_merge_reply_starting_with_no_rejects_the_edge_and_the_plan_is_made_ag
 )
 def test_check_pins_names_the_lines_it_knows_and_orients_the_pair(pins, lines, message, located):
     from nlqo.ir import Relation
-    from nlqo.pins import check_pins
+    from nlqo.optimizer.pins import check_pins
 
     with pytest.raises(IRSemanticError) as info:
         check_pins([Relation(*p) for p in pins], lines=lines, source="x.nlqo")
@@ -482,7 +483,7 @@ def test_check_pins_names_the_lines_it_knows_and_orients_the_pair(pins, lines, m
 
 def test_pins_said_twice_or_from_either_side_agree():
     from nlqo.ir import Relation
-    from nlqo.pins import check_pins
+    from nlqo.optimizer.pins import check_pins
 
     pins = [("q1", "parent", "q2"), ("q1", "parent", "q2"), ("q2", "sibling", "q3"), ("q3", "sibling", "q2"),
             ("q1", "none", "q4"), ("q4", "none", "q1"), ("q2", "parent", "q5"), ("q5", "parent", "q6")]  # fmt: skip
@@ -493,7 +494,7 @@ def _verified(parents, *, root=ROOT, left_out=(), graph=True):
     """verify() on a hand-made plan of q1 -> q2 (q2 feeds q1), with ``parents`` as (child, parent) pairs."""
     from nlqo.optimizer.graph import join_graph
     from nlqo.optimizer.verify import verify
-    from nlqo.plan import Cost, LeftOut, Plan, Tree
+    from nlqo.optimizer.plan import Cost, LeftOut, Plan, Tree
 
     q = parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", "x")\nanswer ?a')
     tree = Tree(root=root, parent=tuple(parents), order=(ROOT, "q1", "q2", "q9"))
@@ -546,7 +547,7 @@ def test_verify_stops_on_a_cycle_entered_from_outside_it():
 
     from nlqo.errors import OptimizeError
     from nlqo.optimizer.verify import verify
-    from nlqo.plan import Cost, Plan, Tree
+    from nlqo.optimizer.plan import Cost, Plan, Tree
 
     q = parse('q1 = (?a, "p", ?b)\nq2 = (?b, "q", ?c)\nq3 = (?c, "r", ?b)\nanswer ?a')
     tree = Tree(root=ROOT, parent=(("q1", "q2"), ("q2", "q3"), ("q3", "q2")), order=(ROOT, "q1", "q2", "q3"))
@@ -656,7 +657,7 @@ def test_every_metric_the_search_cannot_prune_on_is_named():
 def test_planning_time_is_the_wall_time_of_optimize_in_milliseconds():
     import time
 
-    from nlqo.llm import ScriptedLLM
+    from nlqo.runtime.llm import ScriptedLLM
 
     slow = ScriptedLLM([("Relation of A", lambda prompt: time.sleep(0.05) or "sibling")])
     started = time.perf_counter()
@@ -750,9 +751,9 @@ def test_the_join_graph_follows_relations_depths_and_pins():
 def _step_by_step_greedy(p, model):
     """The greedy fallback by its definition: each step hangs the unplaced atom, under the placed
     node, whose whole tree so far the cost model rates lowest (ties to the lower atom, then parent)."""
-    from nlqo.cost import CostContext
+    from nlqo.optimizer.cost import CostContext
     from nlqo.optimizer.graph import join_graph
-    from nlqo.plan import Tree
+    from nlqo.optimizer.plan import Tree
 
     graph, ctx = join_graph(p.query, p.relations), CostContext(p.query, p.relations)
     parent: dict[int, int] = {}
@@ -824,7 +825,7 @@ def test_the_relation_cache_keys_pairs_by_normalised_text_and_reads_them_from_ei
 
 
 def test_depths_step_through_shared_variables_and_parent_pins_and_not_through_sibling_pins():
-    from nlqo.relations import depths
+    from nlqo.optimizer.relations import depths
 
     q = parse(
         'q1 = (?a, "p", ?b)\nq2 = ("x", "r", ?c)\nq3 = ("y", "s", ?d)\nq4 = (?d, "t", ?e)\nq5 = (?b, "u", "z")\n'

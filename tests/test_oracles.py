@@ -10,19 +10,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlqo.cost import CostModel, load_cost_model
+from nlqo.optimizer.cost import CostModel, load_cost_model
 from nlqo.ir import Var
-from nlqo.llm.base import ChatMessage, Usage
-from nlqo.optimizer import Optimizer, dp
+from nlqo.runtime.llm.base import ChatMessage, Usage
+from nlqo.optimizer import dp
+from nlqo.optimizer.optimizer import Optimizer
 import nlqo.optimizer.optimizer as optimizer_module
 from nlqo.optimizer.greedy import greedy
-from nlqo.plan import ROOT, LeftOut, Tree
-from nlqo.prompts import planning
-import nlqo.relations as relations_module
+from nlqo.optimizer.plan import ROOT, LeftOut, Tree
+from nlqo.runtime.prompts import planning
+import nlqo.optimizer.relations as relations_module
 from nlqo.errors import ConfigError
 from nlqo.kinds import RelationKind
-from nlqo.relations import RelationCache, normalise_atom_text
-from nlqo.syntax import parse
+from nlqo.optimizer.relations import RelationCache, normalise_atom_text
+from nlqo.ir.syntax import parse
 from nlqo.testing import InvariantError, check_cost_formula
 from nlqo.testing.oracles import (
     CacheFiller,

@@ -30,7 +30,7 @@ def test_wheel_carries_grammars_rules_and_cost_models(wheel):
         "nlqo/_data/rules/default.rules",
         "nlqo/_data/cost_models/default.cost",
         "nlqo/_data/cost_models/structural.cost",
-        "nlqo/explain_page.html",
+        "nlqo/explain/page.html",
     ):
         assert path in names
     assert not any(n.startswith(("tests/", "grammar/", "benchmarks/")) for n in names)
@@ -43,7 +43,7 @@ def test_installed_wheel_finds_its_definitions(wheel, tmp_path):
         check=True,
     )
     code = (
-        "import nlqo.resources as r, nlqo.syntax as s, nlqo.cost as c;"
+        "import nlqo.common.resources as r, nlqo.ir.syntax as s, nlqo.optimizer.cost as c;"
         "print(r.builtin_dir('grammar'));"
         'print(s.parse(\'q1 = (?x, "p", "o")\\nanswer ?x\').atoms[0].id);'
         "print(c.load_cost_model('structural').formula())"
@@ -75,7 +75,7 @@ def test_nlqo_testing_works_from_an_installed_wheel(wheel, tmp_path):
         "@given(s.plans(cost_models=s.cost_models()))\n"
         "def check(p):\n"
         "    t.check_plan(p)\n"
-        "    assert t.cheapest(p, p.stats and __import__('nlqo.cost', fromlist=['x']).load_cost_model('structural')).cover >= 0\n"
+        "    assert t.cheapest(p, p.stats and __import__('nlqo.optimizer.cost', fromlist=['x']).load_cost_model('structural')).cover >= 0\n"
         "check()\n"
         "print(t.__file__)\n"
         "print(t.ScriptedLLM([('x', 'y')]).complete('x').text, type(t.HashEmbedder()).__name__)\n"

@@ -4,8 +4,8 @@ from hypothesis import strategies as st
 
 from nlqo.errors import ParseFailure
 from nlqo.ir import Var
-from nlqo.llm import ScriptedLLM
-from nlqo.parser import parse_question
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.parser.parse import parse_question
 
 GOOD = 'q1 = (?Director, "directed", "Jaws")\nq2 = (?director, "born in", ?city)\nq3 = (?director, "directed", "Jaws")\nanswer ?city'
 
@@ -150,8 +150,8 @@ def test_by_default_loose_ir_is_kept_at_once_with_a_warning():
     )
 )
 def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
-    from nlqo.parser import unanchored
-    from nlqo.syntax import parse
+    from nlqo.parser.parse import unanchored
+    from nlqo.ir.syntax import parse
 
     text = "\n".join(f'q{i} = ({s}, "p{i}", {o})' for i, (s, o) in enumerate(pairs, 1))
     variables = [t for pair in pairs for t in pair if t.startswith("?")]
@@ -175,8 +175,8 @@ def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
 
 def test_explain_shows_the_warning_of_a_loose_atom():
     from nlqo.config import EngineConfig
-    from nlqo.execute.engine import Engine
-    from nlqo.explain import text as explain
+    from nlqo.execution.engine import Engine
+    from nlqo.explain.render import text as explain
     from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
 
     llm = ScriptedLLM([("nlqo IR", LOOSE)], default=lambda prompt: "none")

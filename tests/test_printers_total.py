@@ -11,12 +11,12 @@ import attrs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nlqo import explain, explain_html
+from nlqo.explain import html, render
 from nlqo.cli.ask import answer_lines
 from nlqo.cli.common import progress_line
-from nlqo.execute import analyze
-from nlqo.execute.lower import lower
-from nlqo.execute.trace import PassageRef, RunResult, Step
+from nlqo.explain import analyze
+from nlqo.planner.lower import lower
+from nlqo.execution.trace import PassageRef, RunResult, Step
 from nlqo.kinds import Operator, StepKind
 from nlqo.testing.strategies import chain, plan, star
 
@@ -110,8 +110,8 @@ def test_every_result_prints_in_every_format(drawn):
     assert text.splitlines()[-1].startswith("(tokens = ")
     data = analyze.to_dict(result, physical)
     assert json.loads(json.dumps(data))["physical"]["operator"] == physical.operator
-    assert explain.dot(physical.logical, annotations=analyze.actual_annotations(result, physical)).startswith("digraph")
-    page = explain_html.render([explain_html.entry(data)])
+    assert render.dot(physical.logical, annotations=analyze.actual_annotations(result, physical)).startswith("digraph")
+    page = html.render([html.entry(data)])
     assert page.lstrip().lower().startswith("<!doctype html")
 
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from nlqo.processes import process_alive
+from nlqo.common.processes import process_alive
 
 
 def test_an_exited_unreaped_child_is_not_alive():

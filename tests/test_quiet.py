@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 import nlqo
-from nlqo import logs
+from nlqo.common import logs
 from nlqo.cli import EXIT_CODES, main
-from nlqo.llm import llamacpp
+from nlqo.runtime.llm import llamacpp
 from realmodels import unavailable
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_llama_cpp_messages_become_one_record_per_line_at_ggml_levels(caplog):
 
 
 def test_without_the_cli_llama_cpp_records_reach_no_terminal():
-    code = f"from nlqo.llm import llamacpp; llamacpp.LOG.warning({CONTROL!r})"  # no logging configured: a library user
+    code = f"from nlqo.runtime.llm import llamacpp; llamacpp.LOG.warning({CONTROL!r})"  # no logging configured: a library user
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert (done.returncode, done.stderr) == (0, "")
 

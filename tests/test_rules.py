@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from nlqo.rewrite import load_rule, load_rules, rewrite
-from nlqo.syntax import parse, render
+from nlqo.optimizer.rewrite import load_rule, load_rules, rewrite
+from nlqo.ir.syntax import parse, render
 from nlqo.testing import check_rule_file, rule_cases
 
 FIXTURES = Path(__file__).parent / "fixtures" / "rules"
@@ -53,9 +53,9 @@ def test_unknown_rule_in_a_rule_list_names_file_and_line(tmp_path):
 
 
 def test_merge_renames_relations_and_answers_only_where_it_merged():
-    from nlqo.plan import LeftOut
-    from nlqo.rewrite import Program
-    from nlqo.rewrite.merge_duplicate_atoms import merge_duplicate_atoms
+    from nlqo.optimizer.plan import LeftOut
+    from nlqo.optimizer.rewrite import Program
+    from nlqo.optimizer.rewrite.merge_duplicate_atoms import merge_duplicate_atoms
 
     q = parse(
         'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nq3 = (?d, "Born In", ?city)\n'
@@ -79,8 +79,8 @@ def test_merge_renames_relations_and_answers_only_where_it_merged():
 
 
 def test_merge_compares_constants_by_case_only():
-    from nlqo.rewrite import Program
-    from nlqo.rewrite.merge_duplicate_atoms import merge_duplicate_atoms
+    from nlqo.optimizer.rewrite import Program
+    from nlqo.optimizer.rewrite.merge_duplicate_atoms import merge_duplicate_atoms
 
     # "Straße" and "STRASSE" differ in more than case (they only meet in upper case); a constant
     # and a variable of the same name are different terms
@@ -94,9 +94,9 @@ def test_merge_compares_constants_by_case_only():
 
 
 def test_drop_unreachable_keeps_the_relations_of_the_atoms_it_keeps():
-    from nlqo.plan import LeftOut
-    from nlqo.rewrite import Program
-    from nlqo.rewrite.drop_unreachable import drop_unreachable
+    from nlqo.optimizer.plan import LeftOut
+    from nlqo.optimizer.rewrite import Program
+    from nlqo.optimizer.rewrite.drop_unreachable import drop_unreachable
 
     q = parse(
         'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nq3 = (?x, "capital of", "France")\n'
@@ -113,8 +113,8 @@ def test_drop_unreachable_keeps_the_relations_of_the_atoms_it_keeps():
 
 def test_normalize_variables_names():
     from nlqo.ir import Atom, Const, Query, Var
-    from nlqo.rewrite import Program
-    from nlqo.rewrite.normalize_variables import normalize_variables
+    from nlqo.optimizer.rewrite import Program
+    from nlqo.optimizer.rewrite.normalize_variables import normalize_variables
 
     q = Query(
         (Atom("q1", Var("__"), Const("p"), Var("Été_2")), Atom("q2", Var("A-b"), Const(" a\t b "), Var("x"))),
@@ -129,7 +129,7 @@ def test_normalize_variables_names():
 
 
 def test_rewrite_runs_the_rules_it_is_given_in_order():
-    from nlqo.rewrite import Program
+    from nlqo.optimizer.rewrite import Program
 
     q = parse('q1 = (?A, "p", "x")\nq2 = (?a, "p", "x")\nanswer ?a')
     seen = []
@@ -169,7 +169,7 @@ def test_a_rule_from_an_installed_package(tmp_path, monkeypatch):
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: myrules\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text("[nlqo.rules]\nshout = myrules:shout\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from nlqo.rewrite.normalize_variables import normalize_variables
+    from nlqo.optimizer.rewrite.normalize_variables import normalize_variables
 
     assert load_rule("shout").__module__ == "myrules"
     assert load_rule("normalize_variables") is normalize_variables

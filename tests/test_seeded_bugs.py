@@ -27,7 +27,7 @@ def test_each_seeded_bug_is_caught_by_its_check(bug):
 
 def test_a_seeded_bug_is_gone_after_its_block():
     bug = next(b for b in BUGS if b.name == "cost sign flipped")
-    from nlqo.cost import CostModel
+    from nlqo.optimizer.cost import CostModel
 
     model = CostModel.parse("cost = size - edges")
     with seeded(bug):
@@ -36,7 +36,7 @@ def test_a_seeded_bug_is_gone_after_its_block():
 
 
 def test_a_bug_whose_text_is_not_in_its_function_is_refused():
-    bad = bugs.SeededBug("typo", "-", "nlqo.cost.expr:evaluate", "return a ** b", "return a", "check_plan")
+    bad = bugs.SeededBug("typo", "-", "nlqo.optimizer.cost.expr:evaluate", "return a ** b", "return a", "check_plan")
     with pytest.raises(ValueError, match="occurs 0 times"):
         with seeded(bad):
             pass

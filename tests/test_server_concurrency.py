@@ -17,8 +17,8 @@ import attrs
 import pytest
 from loopback import Loopback, QuietHandler
 
-from nlqo.cost import load_cost_model
-from nlqo.execute.lower import (
+from nlqo.optimizer.cost import load_cost_model
+from nlqo.planner.lower import (
     _PROBE_TEXT,
     BackendProfile,
     concurrent_requests,
@@ -27,11 +27,11 @@ from nlqo.execute.lower import (
     probe_concurrency,
     server_prefix_cache,
 )
-from nlqo.llm.base import Capabilities, capabilities
-from nlqo.llm.cache import CachedLLM
-from nlqo.llm.openai_compat import OpenAICompatLLM
+from nlqo.runtime.llm.base import Capabilities, capabilities
+from nlqo.runtime.llm.cache import CachedLLM
+from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
 from nlqo.optimizer import Optimizer
-from nlqo.syntax import parse
+from nlqo.ir.syntax import parse
 
 BRANCHING = parse(
     'question "Who was born first, Ada Lovelace or Charles Babbage?"\n'
@@ -126,7 +126,7 @@ def test_the_reported_slots_are_the_declared_concurrency_also_behind_a_response_
 
 
 def test_a_server_still_loading_is_asked_again_after_a_pause(monkeypatch):
-    import nlqo.llm.openai_compat as openai_compat
+    import nlqo.runtime.llm.openai_compat as openai_compat
 
     with SlotServer(3, loading=2) as server:
         llm = OpenAICompatLLM(server.url, "m")
@@ -176,8 +176,8 @@ def test_a_server_that_does_not_report_slots_is_measured(slots):
 
 
 def test_a_prefix_cache_counts_only_for_a_prompt_the_server_still_holds():
-    from nlqo.execute.lower import server_prefix_cache
-    from nlqo.llm.scripted import ScriptedLLM
+    from nlqo.planner.lower import server_prefix_cache
+    from nlqo.runtime.llm.scripted import ScriptedLLM
 
     prompt = "eight nine ten eleven twelve"
     with SlotServer(1) as server:
@@ -215,7 +215,7 @@ class SlotsLLM:
         import math
         import re
 
-        from nlqo.llm.base import Completion, Usage
+        from nlqo.runtime.llm.base import Completion, Usage
 
         with self.lock:
             self.calls.append((prompt, max_tokens))
@@ -284,7 +284,7 @@ def test_the_concurrency_probe_sends_its_requests_at_once_and_counts_those_that_
     [(0, 0, False), (1, 1, True), (4, 2, True), (5, 2, True), (4, 1, False), (6, 2, False), (9, 4, True)],
 )
 def test_a_prefix_cache_counts_when_at_least_half_the_prompt_comes_from_it(prompt_tokens, cached, served):
-    from nlqo.llm.base import Completion, Usage
+    from nlqo.runtime.llm.base import Completion, Usage
 
     class Reports(SlotsLLM):
         def complete(self, prompt, *, stop=(), max_tokens=256):

@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nlqo.errors import ConfigError
-from nlqo.statistics.collect import collect
-from nlqo.statistics.intervals import wilson
-from nlqo.statistics.policy import Candidate, choose
-from nlqo.statistics.store import ALL, MIN_CLASS, BUNDLED, load, save
+from nlqo.planner.statistics.collect import collect
+from nlqo.planner.statistics.intervals import wilson
+from nlqo.planner.statistics.policy import Candidate, choose
+from nlqo.planner.statistics.store import ALL, MIN_CLASS, BUNDLED, load, save
 
 candidates = st.lists(
     st.builds(
@@ -148,7 +148,7 @@ def test_a_statistics_file_round_trips_and_a_foreign_or_torn_one_is_refused(tmp_
 
 
 def test_the_bundled_defaults_load_and_cover_every_operator():
-    from nlqo.operators import OPERATORS
+    from nlqo.execution.operators import OPERATORS
 
     stats = load(BUNDLED, bundled=True)
     assert set(stats.operators) == {str(op) for op in OPERATORS}

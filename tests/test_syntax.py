@@ -7,7 +7,7 @@ from hypothesis.extra.lark import from_lark
 
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Const, Var
-from nlqo.syntax import _parser, parse, render
+from nlqo.ir.syntax import _parser, parse, render
 from nlqo.testing.strategies import queries
 
 EXAMPLE = """question "Which Canadian rock band released Counterparts?"

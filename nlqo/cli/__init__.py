@@ -2,7 +2,7 @@
 
 A command module defines ``register(subparsers)``, which adds its parser and sets
 ``func=run`` on it; ``run(args)`` returns the process exit code. :func:`main` runs it with the
-model libraries' messages routed to the log file (:mod:`nlqo.logs`) and turns every exception into
+model libraries' messages routed to the log file (:mod:`nlqo.common.logs`) and turns every exception into
 one line and an exit code (:data:`EXIT_CODES`): the user never sees a traceback unless ``--verbose``.
 """
 
@@ -16,7 +16,8 @@ import shlex
 import sys
 import textwrap
 
-from nlqo import __version__, logs
+from nlqo import __version__
+from nlqo.common import logs
 from nlqo.errors import NlqoError
 
 COMMANDS = ("parse", "plan", "models", "index", "retrieve", "ask", "explain", "analyze", "bench", "serve")

@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if bench_args.func(bench_args) != 0:
         return 1
     stats = statistics_of(folder, args.index)
-    from nlqo.statistics.store import FILENAME, save
+    from nlqo.planner.statistics.store import FILENAME, save
 
     path = save(stats, args.out or args.index / FILENAME)
     print(table(stats))
@@ -100,8 +100,8 @@ def statistics_of(folder: Path, index_dir: Path):
 
     from nlqo.eval.records import read_records
     from nlqo.index.search import Index
-    from nlqo.statistics.collect import collect
-    from nlqo.statistics.store import index_digest
+    from nlqo.planner.statistics.collect import collect
+    from nlqo.planner.statistics.store import index_digest
 
     info = json.loads((folder / "run.json").read_text(encoding="utf-8"))
     records = [r for r in read_records(folder / "records.jsonl") if r["strategy"] in info["strategies"]]
@@ -128,7 +128,7 @@ def statistics_of(folder: Path, index_dir: Path):
 
 
 def table(stats) -> str:
-    from nlqo.statistics.store import ALL
+    from nlqo.planner.statistics.store import ALL
 
     lines = [
         "| operator | class | n | EM (95% interval) | F1 | supported | seconds | LLM calls |",

@@ -7,8 +7,8 @@ import json
 import sys
 
 from nlqo.cli import common
-from nlqo.execute.trace import RunResult, Trace
-from nlqo.questions import check_question
+from nlqo.execution.trace import RunResult, Trace
+from nlqo.parser.questions import check_question
 
 
 def register(subparsers) -> None:

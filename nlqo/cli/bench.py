@@ -16,7 +16,7 @@ from nlqo.config import DEFAULT_MODEL, default
 from nlqo.errors import ConfigError
 
 if TYPE_CHECKING:
-    from nlqo.strategies import Strategy
+    from nlqo.eval.strategy import Strategy
 
 DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 ABLATIONS = (
@@ -156,7 +156,7 @@ def expand_ablations(strategies: str, ablations: dict[str, str | None]) -> list[
     >>> expand_ablations("ircot,linear", {"tau": "0.8,0.9", "kv_reuse": "off"})
     ['ircot', 'linear[tau=0.8,kv_reuse=off]', 'linear[tau=0.9,kv_reuse=off]']
     """
-    from nlqo.strategies import PLANNED, parse_spec, parse_value, spec_name, split_specs
+    from nlqo.eval.strategy import PLANNED, parse_spec, parse_value, spec_name, split_specs
 
     lists = {k: [parse_value(v) for v in text.split(",") if v.strip()] for k, text in ablations.items() if text}
     out: list[str] = []
@@ -276,13 +276,13 @@ def _bench_here(
     """The run in this process (``--jobs`` threads)."""
     import attrs
 
-    from nlqo.builder import load_model
+    from nlqo.execution.builder import load_model
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.runner import Bench
-    from nlqo.llm.backends import runtime_of
-    from nlqo.llm.base import close_part
-    from nlqo.llm.cache import with_cache
-    from nlqo.strategies import build_strategies
+    from nlqo.runtime.llm.backends import runtime_of
+    from nlqo.runtime.llm.base import close_part
+    from nlqo.runtime.llm.cache import with_cache
+    from nlqo.eval.strategy import build_strategies
 
     with contextlib.ExitStack() as loaded:  # the models are freed when the run ends (also in process)
         backend = load_model(config)
@@ -310,7 +310,7 @@ def _bench_here(
 
 def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, config) -> dict[str, Any]:
     """The same run with the questions answered on Dask workers (Dask is imported only here)."""
-    from nlqo.cluster import ClusterSpec, connect
+    from nlqo.runtime.cluster import ClusterSpec, connect
     from nlqo.eval.cluster import ClusterRun, Recipe
     from nlqo.eval.runner import Bench
     from nlqo.eval.workspace import index_digest, open_index

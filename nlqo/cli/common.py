@@ -9,8 +9,8 @@ from pathlib import Path
 
 from nlqo.cli.options import add_config_options, config_from_args, on_off, parse_params
 from nlqo.config import DEFAULT_MODEL
-from nlqo.execute.trace import progress_line
-from nlqo.llm.backends import load_llm
+from nlqo.execution.trace import progress_line
+from nlqo.runtime.llm.backends import load_llm
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -21,8 +21,8 @@ __all__ = [
     "on_off",
     "parse_params",
 ]
-# load_llm lives in nlqo.llm.backends (backends are packages, entry points nlqo.backends); it is
-# re-exported here for callers of the old path. nlqo.builder.load_model is its one caller.
+# load_llm lives in nlqo.runtime.llm.backends (backends are packages, entry points nlqo.backends); it is
+# re-exported here for callers of the old path. nlqo.execution.builder.load_model is its one caller.
 
 
 PLANNING = ("params", "rules", "path", "budget", "beam", "max_atoms", "relations_cache")
@@ -66,7 +66,7 @@ def add_engine_options(parser: argparse.ArgumentParser, *, ir: bool = True) -> N
 
 def build_engine(args: argparse.Namespace):
     """The engine the command's options describe."""
-    from nlqo.execute.engine import Engine
+    from nlqo.execution.engine import Engine
 
     return Engine.from_config(config_from_args(args), progress=not getattr(args, "quiet", False))
 
@@ -75,7 +75,7 @@ def read_ir(path: Path, question: str | None = None):
     """The query of an IR file (``-`` reads standard input), with ``question`` attached when it has none."""
     import attrs
 
-    from nlqo.syntax import parse_bytes, read
+    from nlqo.ir.syntax import parse_bytes, read
 
     query = parse_bytes(sys.stdin.buffer.read(), source="<stdin>") if str(path) == "-" else read(path)
     if query.question is None and question is not None:

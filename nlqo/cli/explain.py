@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nlqo import formats
+from nlqo.explain import formats
 from nlqo.cli import common
 from nlqo.errors import ParseFailure
-from nlqo.execute.trace import Trace
-from nlqo.questions import check_question
+from nlqo.execution.trace import Trace
+from nlqo.parser.questions import check_question
 
 
 def register(subparsers) -> None:

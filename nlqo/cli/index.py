@@ -7,9 +7,9 @@ import contextlib
 import sys
 import warnings
 
-from nlqo.builder import set_threads
+from nlqo.execution.builder import set_threads
 from nlqo.cli.repairs import shown_repairs
-from nlqo.embed import DEFAULT_EMBEDDER
+from nlqo.runtime.embed import DEFAULT_EMBEDDER
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import ON_ERROR, Fields
 from nlqo.index.dense import KINDS
@@ -103,7 +103,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlqo.embed import SentenceEmbedder
+    from nlqo.runtime.embed import SentenceEmbedder
     from nlqo.index.build import build_index
 
     try:
@@ -145,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _cluster_embedder(args: argparse.Namespace, stack: contextlib.ExitStack):
     """An embedder on the cluster ``--cluster`` names, connected for as long as ``stack`` is open."""
-    from nlqo.cluster import ClusterSpec, connect
+    from nlqo.runtime.cluster import ClusterSpec, connect
     from nlqo.index.distributed import ClusterEmbedder
 
     with contextlib.ExitStack() as opening:  # closes the connection if loading the model fails

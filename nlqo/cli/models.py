@@ -8,10 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nlqo.models import BUNDLED, bundled_dir, cache_root, get_bundled, resolve_model
-from nlqo.models.convert import is_converted, read_marker
-from nlqo.models.parts import part_status, stream_sha256
-from nlqo.models.registry import BundledModel
+from nlqo.runtime.models import BUNDLED, bundled_dir, cache_root, get_bundled, resolve_model
+from nlqo.runtime.models.convert import is_converted, read_marker
+from nlqo.runtime.models.parts import part_status, stream_sha256
+from nlqo.runtime.models.registry import BundledModel
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

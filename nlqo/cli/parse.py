@@ -7,8 +7,8 @@ import sys
 
 from nlqo.cli import common
 from nlqo.cli.options import add_config_options
-from nlqo.parser import parse_question
-from nlqo.questions import check_question
+from nlqo.parser.parse import parse_question
+from nlqo.parser.questions import check_question
 
 
 def register(subparsers) -> None:
@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlqo.builder import load_model
+    from nlqo.execution.builder import load_model
 
     config = common.config_from_args(args)
     check_question(args.question, max_chars=config.max_question_chars)  # before the model loads

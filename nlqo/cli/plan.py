@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from nlqo import explain, formats
-from nlqo.builder import build_optimizer, load_model
+from nlqo.explain import formats, render
+from nlqo.execution.builder import build_optimizer, load_model
 from nlqo.cli import common
-from nlqo.cost import CostContext
+from nlqo.optimizer.cost import CostContext
 
 
 def register(subparsers) -> None:
@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     optimizer = build_optimizer(config, llm=load_model(config) if args.model else None)
     plan = optimizer.optimize(query)
     ctx = CostContext(plan.query, plan.relations, optimizer.embedder)
-    costs = explain.node_costs(plan, optimizer.cost_model, ctx)
+    costs = render.node_costs(plan, optimizer.cost_model, ctx)
     view = formats.LogicalView(plan, model=optimizer.cost_model, costs=costs, verbose=getattr(args, "verbose", False))
     formats.write(formats.render(view, args.format), args.out)
     return 0

@@ -53,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nlqo.index.search import Index
-    from nlqo.questions import check_question
+    from nlqo.parser.questions import check_question
 
     check_question(args.query, what="query")
     index = Index.open(args.index, embedder=args.embedder, verify=not args.no_verify)

@@ -115,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"nlqo serve needs {exc.name}: pip install fastapi uvicorn") from None
     listener = bind(args.host, args.port)  # before the model loads: a port in use fails at once
     engine = common.build_engine(args)
-    from nlqo.llm.base import capabilities
+    from nlqo.runtime.llm.base import capabilities
 
     capacity = args.capacity or max(1, capabilities(engine.llm).concurrency)
     service = Service(engine, capacity=capacity, queue_limit=args.queue, timeout=args.timeout)
@@ -185,7 +185,7 @@ def secret_paths(args: argparse.Namespace) -> tuple[str, ...]:
     model = Path(str(args.model))
     if model.exists():
         paths |= {str(args.model), str(model.resolve())}
-    from nlqo.models.convert import cache_root
+    from nlqo.runtime.models.convert import cache_root
 
     paths.add(str(cache_root()))
     return tuple(p for p in paths if len(p) > 1)

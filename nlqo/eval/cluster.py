@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping
 import attrs
 from distributed import WorkerPlugin
 
-from nlqo.cluster import Connection, host_threads
+from nlqo.runtime.cluster import Connection, host_threads
 from nlqo.config import EngineConfig, default
 from nlqo.errors import ClusterError, ConfigError, IndexFileError, NlqoError
 from nlqo.eval.datasets import Question
@@ -93,13 +93,13 @@ class Loaded:
 
 def load(recipe: Recipe, host: str) -> Loaded:
     """Open the index, load the model (and judge) and build the strategies, as ``nlqo bench`` does."""
-    from nlqo.builder import load_model
-    from nlqo.strategies import build_strategies
+    from nlqo.execution.builder import load_model
+    from nlqo.eval.strategy import build_strategies
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.workspace import index_digest
     from nlqo.index.search import Index
-    from nlqo.llm.backends import runtime_of
-    from nlqo.llm.cache import with_cache
+    from nlqo.runtime.llm.backends import runtime_of
+    from nlqo.runtime.llm.cache import with_cache
 
     index = Index.open(recipe.index, embedder=recipe.embedder)
     if index_digest(index) != recipe.index_digest:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
-from nlqo.docblocks import write_block
+from nlqo.common.docblocks import write_block
 from nlqo.eval.host import load_average as load_average, machine, now, source_commit
 from nlqo.eval.records import append_records, read_records
 

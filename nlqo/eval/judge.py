@@ -8,10 +8,10 @@ import attrs
 
 from nlqo.config import default
 from nlqo.eval.metrics import yes_no
-from nlqo.llm.base import LLM
-from nlqo.llm.constrain import can_constrain, choice, constrained_chat
-from nlqo.prompts import Prompt
-from nlqo.prompts.baselines import JUDGE
+from nlqo.runtime.llm.base import LLM
+from nlqo.runtime.llm.constrain import can_constrain, choice, constrained_chat
+from nlqo.runtime.prompts import Prompt
+from nlqo.runtime.prompts.baselines import JUDGE
 
 
 _VERDICT = choice(("yes", "no"), name="judge")
@@ -21,7 +21,7 @@ _VERDICT = choice(("yes", "no"), name="judge")
 class LLMJudge:
     """Grades predictions with ``llm`` (any backend: a bigger local model, a server, a scripted double).
 
-    >>> from nlqo.llm.scripted import ScriptedLLM
+    >>> from nlqo.runtime.llm.scripted import ScriptedLLM
     >>> judge = LLMJudge(ScriptedLLM([("Predicted answer: Toronto", "No."), ("Predicted answer", "Yes")]))
     >>> judge.grade("Where?", ["Montreal, Quebec"], "Montreal"), judge.grade("Where?", ["Montreal"], "Toronto")
     (True, False)

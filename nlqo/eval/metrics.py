@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import attrs
 import numpy as np
 
-from nlqo.answers import normalize_answer
+from nlqo.execution.answers import normalize_answer
 
 _BINARY = ("yes", "no", "noanswer")
 

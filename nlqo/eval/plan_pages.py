@@ -12,7 +12,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from nlqo import explain_html
+from nlqo.explain import html
 
 FILENAME = "plans.html"
 _STATS = (
@@ -70,7 +70,7 @@ def write(folder: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[tupl
         path.unlink(missing_ok=True)
         return {}
     entries = [
-        explain_html.entry(
+        html.entry(
             explain_of(r),
             id=key(r),
             title=f"#{r['index'] + 1} {r['strategy']}: {r['question']}",
@@ -80,5 +80,5 @@ def write(folder: str | Path, records: Sequence[Mapping[str, Any]]) -> dict[tupl
         )
         for r in planned
     ]
-    explain_html.write(path, entries)
+    html.write(path, entries)
     return {(r["qid"], r["strategy"]): link(r) for r in planned}

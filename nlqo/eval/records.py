@@ -18,9 +18,9 @@ from nlqo.errors import ConfigError, RepairWarning
 from nlqo.eval.datasets import Question
 from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.eval.metrics import evidence_recall, score
-from nlqo.execute.trace import RunResult
+from nlqo.execution.trace import RunResult
 from nlqo.kinds import Operator, StopReason
-from nlqo.storage import writing
+from nlqo.common.storage import writing
 
 FILENAME = "records.jsonl"
 
@@ -88,8 +88,8 @@ def make_record(
 def _plan(result: RunResult | None) -> dict[str, Any] | None:
     """The plan a run executed, with per-node actuals (EXPLAIN ANALYZE JSON without the trace,
     which the record holds itself); None for a run without a plan."""
-    from nlqo.execute import analyze
-    from nlqo.execute.lower import PhysicalPlan
+    from nlqo.explain import analyze
+    from nlqo.planner.lower import PhysicalPlan
 
     if result is None or not isinstance(result.physical, PhysicalPlan):
         return None

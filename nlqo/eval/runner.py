@@ -29,8 +29,8 @@ from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
 from nlqo.eval.summary import answers_table, complete_rows, counted, differences_table, markdown_table, summarize
-from nlqo.storage import writing
-from nlqo.strategies import Strategy
+from nlqo.common.storage import writing
+from nlqo.eval.strategy import Strategy
 
 RUN = "run.json"
 SUMMARY = "summary.json"

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.metrics import bootstrap_diff, stray_yes_no
 from nlqo.eval.records import operator_of
-from nlqo.execute.trace import PARSE_FAILED
+from nlqo.execution.trace import PARSE_FAILED
 
 MEANS = (
     "em", "f1", "acc", "seconds", "llm_calls", "prompt_tokens", "cached_prompt_tokens",

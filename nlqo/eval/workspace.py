@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from nlqo.errors import IndexFileError, RepairWarning
 from nlqo.index.manifest import REBUILD, sha256_file
 from nlqo.index.search import Index
-from nlqo.storage import writing
+from nlqo.common.storage import writing
 
 if TYPE_CHECKING:
-    from nlqo.passages import Embedder
+    from nlqo.common.passages import Embedder
 
 SOURCE = "index.source.json"
 """Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
@@ -21,7 +21,7 @@ SOURCE = "index.source.json"
 
 def index_digest(index: Index) -> str:
     """A digest of the index's files (from its manifest's checksums): equal digests, equal indexes."""
-    from nlqo.statistics.store import index_digest as manifest_digest
+    from nlqo.planner.statistics.store import index_digest as manifest_digest
 
     return manifest_digest(index.manifest)
 
@@ -39,7 +39,7 @@ def open_index(
 
     With ``corpus``, ``out/index`` is reused when ``index.source.json`` names the same corpus bytes
     and embedder, and is (re)built otherwise. With ``index``, that folder is opened. With
-    ``cluster`` (an :class:`nlqo.cluster.Connection`) a build embeds on its workers, and an index
+    ``cluster`` (an :class:`nlqo.runtime.cluster.Connection`) a build embeds on its workers, and an index
     built from ``corpus`` is opened without loading its embedder here (the workers search it).
     """
     if index is not None:
@@ -51,8 +51,8 @@ def open_index(
         }
     if corpus is None:
         raise ValueError("open_index needs a corpus or an index")
-    from nlqo.builder import load_embedder
-    from nlqo.embed import DEFAULT_EMBEDDER, canonical_name
+    from nlqo.execution.builder import load_embedder
+    from nlqo.runtime.embed import DEFAULT_EMBEDDER, canonical_name
     from nlqo.index.build import build_index
 
     name = embedder or DEFAULT_EMBEDDER

@@ -15,7 +15,7 @@ from nlqo.index.dense import KINDS, DenseParams
 from nlqo.index.manifest import Manifest
 from nlqo.index.retriever import MODES, Bm25Retriever, DenseRetriever, HybridRetriever, make_retriever
 from nlqo.index.search import Index
-from nlqo.passages import Embedder, Retriever
+from nlqo.common.passages import Embedder, Retriever
 
 __all__ = [
     "KINDS",

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from nlqo.processes import process_alive
+from nlqo.common.processes import process_alive
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

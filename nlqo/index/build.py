@@ -17,9 +17,9 @@ from nlqo.index import atomic, bm25, dense, store
 from nlqo.index.chunking import Chunking
 from nlqo.index.corpus import Corpus, Fields
 from nlqo.index.manifest import FILENAME as MANIFEST, FileEntry, Manifest, holding, is_nlqo_manifest
-from nlqo.passages import Embedder, Passage
-from nlqo.paths import FOLDER, NOTHING, found
-from nlqo.storage import kept_index, writing
+from nlqo.common.passages import Embedder, Passage
+from nlqo.common.paths import FOLDER, NOTHING, found
+from nlqo.common.storage import kept_index, writing
 
 
 @attrs.frozen

@@ -20,8 +20,8 @@ import attrs
 from nlqo.errors import CorpusError
 from nlqo.index.chunking import Chunking, chunk_text, first_heading
 from nlqo.index.manifest import json_type as _json_type
-from nlqo.passages import Passage
-from nlqo.paths import FILE, FOLDER, found
+from nlqo.common.passages import Passage
+from nlqo.common.paths import FILE, FOLDER, found
 
 ON_ERROR = ("skip", "fail")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")

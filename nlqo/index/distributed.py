@@ -21,7 +21,7 @@ import attrs
 import numpy as np
 from distributed import WorkerPlugin
 
-from nlqo.cluster import Connection, host_threads
+from nlqo.runtime.cluster import Connection, host_threads
 from nlqo.errors import ClusterError, NlqoError
 
 
@@ -61,7 +61,7 @@ class EmbedderPlugin(WorkerPlugin):
             if self._model is None:
                 import torch
 
-                from nlqo.embed import SentenceEmbedder
+                from nlqo.runtime.embed import SentenceEmbedder
 
                 host = socket.gethostname()
                 torch.set_num_threads(self.recipe.threads or dict(self.recipe.host_threads).get(host, 1))

@@ -10,7 +10,7 @@ from pathlib import Path
 import attrs
 
 from nlqo.errors import IndexFileError
-from nlqo.paths import FILE, found
+from nlqo.common.paths import FILE, found
 
 FILENAME = "manifest.json"
 FORMAT = "nlqo-index"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from nlqo.config import default
 from nlqo.index.fusion import HYBRID_DEPTH
-from nlqo.passages import Hit, Retriever
+from nlqo.common.passages import Hit, Retriever
 
 if TYPE_CHECKING:
     from nlqo.index.search import Index

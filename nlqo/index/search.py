@@ -14,8 +14,8 @@ from nlqo.index.bm25 import DIRNAME as BM25_DIR, Bm25
 from nlqo.index.fusion import HYBRID_DEPTH, RRF_K, reciprocal_rank_fusion
 from nlqo.index.manifest import FILENAME as MANIFEST, Manifest, rebuild_hint
 from nlqo.index.store import FILENAME as STORE_FILE, PassageStore
-from nlqo.passages import Embedder, Hit, Passage, Retriever
-from nlqo.paths import FOLDER, NOTHING, found
+from nlqo.common.passages import Embedder, Hit, Passage, Retriever
+from nlqo.common.paths import FOLDER, NOTHING, found
 
 """How many candidates each side contributes to a hybrid search by default."""
 
@@ -58,7 +58,7 @@ class Index:
         manifest.verify(path, checksums=verify)
         if isinstance(embedder, str):
             _check_name(manifest, embedder)
-            from nlqo.embed import SentenceEmbedder
+            from nlqo.runtime.embed import SentenceEmbedder
 
             embedder = SentenceEmbedder.load(embedder, prefixes=(manifest.query_prefix, manifest.passage_prefix))
         if embedder is not None:
@@ -85,7 +85,7 @@ class Index:
         """The index's embedder, loaded on first use when ``open`` was not given one."""
         with self._lock:
             if self._embedder is None:
-                from nlqo.embed import SentenceEmbedder
+                from nlqo.runtime.embed import SentenceEmbedder
 
                 loaded = SentenceEmbedder.load(
                     self.manifest.embedder, prefixes=(self.manifest.query_prefix, self.manifest.passage_prefix)
@@ -155,7 +155,7 @@ def check_embedder(manifest: Manifest, embedder: Embedder) -> None:
 
 
 def _check_name(manifest: Manifest, name: str) -> None:
-    from nlqo.embed import canonical_name
+    from nlqo.runtime.embed import canonical_name
 
     if canonical_name(name) != manifest.embedder:
         raise IndexFileError(

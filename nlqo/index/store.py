@@ -13,7 +13,7 @@ from typing import Iterable, Sequence
 import attrs
 
 from nlqo.errors import IndexFileError
-from nlqo.passages import Passage
+from nlqo.common.passages import Passage
 
 FILENAME = "passages.sqlite"
 _SCHEMA = (

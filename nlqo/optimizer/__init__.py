@@ -1,5 +1,1 @@
-"""The logical optimizer: rewrite rules, pair relations, search, cost, verification."""
-
-from nlqo.optimizer.optimizer import Optimizer, optimize
-
-__all__ = ["Optimizer", "optimize"]
+"""Stage 2, the logical optimizer: rewrite rules, pair relations, cost models, the search, logical plans."""

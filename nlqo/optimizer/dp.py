@@ -4,7 +4,7 @@ Every tree decomposes uniquely as its root plus child subtrees attached one at a
 increasing node order, so the search grows a tree by making the root of a finished sub-plan a
 child of the root of another, on disjoint atom sets, only along edges of the join graph (the
 disjointness check is the cycle check). A sub-plan is kept per (atom set, root, root's children)
-with its structural summary (:class:`nlqo.cost.shape.Shape`, grown by the same ``attach`` the
+with its structural summary (:class:`nlqo.optimizer.cost.shape.Shape`, grown by the same ``attach`` the
 metrics use). Sub-plans are pruned by dominance in the directions the cost model declares
 (:class:`Order`): a quantity the cost only grows with is minimised, one it only shrinks with is
 maximised, and one it moves with both ways (or through the spread of child heights) must match
@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Mapping
 import attrs
 
 from nlqo.config import default
-from nlqo.cost.shape import LEAF, ROOT, Shape, attach, finished
+from nlqo.optimizer.cost.shape import LEAF, ROOT, Shape, attach, finished
 from nlqo.optimizer.graph import JoinGraph
 
 _EQUAL = 0
@@ -122,7 +122,7 @@ def search(
 ) -> DPResult:
     """Run the DP; ``budget`` caps sub-plan pairs considered (and, ten times over, the looks for them), ``beam`` caps each frontier.
 
-    ``directions`` come from :meth:`nlqo.cost.CostModel.directions` (default: the structural
+    ``directions`` come from :meth:`nlqo.optimizer.cost.CostModel.directions` (default: the structural
     model's); ``score`` orders a frontier when the beam cuts it (default: height + imbalance - edges).
     """
     order = Order.of(directions if directions is not None else {"edges": -1, "height": 1, "imbalance": 1, "size": -1})

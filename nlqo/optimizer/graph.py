@@ -11,8 +11,8 @@ import attrs
 
 from nlqo.ir import Query
 from nlqo.kinds import RelationKind
-from nlqo.plan import ROOT
-from nlqo.relations import depths
+from nlqo.optimizer.plan import ROOT
+from nlqo.optimizer.relations import depths
 
 
 @attrs.frozen

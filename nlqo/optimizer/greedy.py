@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from nlqo.cost.shape import LEAF, ROOT, Shape, attach
+from nlqo.optimizer.cost.shape import LEAF, ROOT, Shape, attach
 from nlqo.optimizer.graph import JoinGraph
 
 Score = Callable[[Shape], float]
@@ -19,7 +19,7 @@ Score = Callable[[Shape], float]
 
 def greedy(graph: JoinGraph, score: Score) -> dict[int, int]:
     """A tree as ``{child index: parent index}`` over the atoms reachable from the root, grown by
-    ``score`` (the cost model's :meth:`~nlqo.cost.CostModel.shape_cost`)."""
+    ``score`` (the cost model's :meth:`~nlqo.optimizer.cost.CostModel.shape_cost`)."""
     parent: dict[int, int] = {}
     children: dict[int, list[int]] = {0: []}
     kids_mask: dict[int, int] = {0: 0}

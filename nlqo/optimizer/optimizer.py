@@ -1,7 +1,7 @@
 """Query in, cheapest logical query tree out.
 
->>> from nlqo.syntax import parse
->>> from nlqo.cost import load_cost_model
+>>> from nlqo.ir.syntax import parse
+>>> from nlqo.optimizer.cost import load_cost_model
 >>> q = parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer ?city')
 >>> plan = optimize(q, cost_model=load_cost_model("structural"))
 >>> dict(plan.tree.parent)
@@ -16,22 +16,22 @@ from typing import Sequence
 import attrs
 
 from nlqo.config import default
-from nlqo.cost import CostContext, CostModel, load_cost_model
+from nlqo.optimizer.cost import CostContext, CostModel, load_cost_model
 from nlqo.errors import LimitError, OptimizeError
 from nlqo.ir import Query
 from nlqo.kinds import RelationSource
-from nlqo.llm.base import LLM, Usage
-from nlqo.llm.constrain import can_constrain, choice, constrained_chat
+from nlqo.runtime.llm.base import LLM, Usage
+from nlqo.runtime.llm.constrain import can_constrain, choice, constrained_chat
 from nlqo.optimizer import dp
 from nlqo.optimizer.graph import JoinGraph, join_graph, parents_of
 from nlqo.optimizer.greedy import greedy
 from nlqo.optimizer.verify import verify
-from nlqo.passages import Embedder
-from nlqo.pins import check_pins
-from nlqo.plan import ROOT, Cost, LeftOut, Plan, SearchStats, Tree
-from nlqo.prompts import planning
-from nlqo.relations import RelationCache, Relations, llm_asker, resolve
-from nlqo.rewrite import Program, Rule, load_rules, rewrite
+from nlqo.common.passages import Embedder
+from nlqo.optimizer.pins import check_pins
+from nlqo.optimizer.plan import ROOT, Cost, LeftOut, Plan, SearchStats, Tree
+from nlqo.runtime.prompts import planning
+from nlqo.optimizer.relations import RelationCache, Relations, llm_asker, resolve
+from nlqo.optimizer.rewrite import Program, Rule, load_rules, rewrite
 
 MAX_ATOMS: int = default("max_atoms")
 """Atoms the optimizer plans by default; pair relations grow with the square of the count."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from nlqo.errors import OptimizeError
 from nlqo.optimizer.graph import JoinGraph
-from nlqo.plan import ROOT, Plan
+from nlqo.optimizer.plan import ROOT, Plan
 
 
 def verify(plan: Plan, graph: JoinGraph | None = None) -> Plan:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from nlqo.config import default
 from nlqo.errors import LimitError, NlqoError, ParseFailure, QuestionError
-from nlqo.questions import check_question
+from nlqo.parser.questions import check_question
 from nlqo.serve.service import Busy, Cancelled, Closing, Service, Ticket
 from nlqo.serve.stats import prometheus
 

@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from nlqo.errors import NlqoError, ParseFailure
-from nlqo.execute.trace import RunResult, Step, Trace, progress_line
+from nlqo.execution.trace import RunResult, Step, Trace, progress_line
 from nlqo.serve.stats import ServiceStats
 
 
@@ -67,7 +67,7 @@ class Service:
     """``engine`` behind an admission gate; thread-safe."""
 
     engine: Any
-    """An :class:`~nlqo.execute.engine.Engine`."""
+    """An :class:`~nlqo.execution.engine.Engine`."""
     capacity: int = 1
     queue_limit: int = 16
     timeout: float = 600.0
@@ -177,7 +177,7 @@ class Service:
         result = engine.execute(question, planned, strategy=strategy, trace=trace)
         body = answer_body(result, waited_ms=waited * 1000)
         if explain and result.physical is not None:
-            from nlqo import formats
+            from nlqo.explain import formats
 
             view = engine.view(result.physical, result)
             body["explain"] = view.to_dict() if explain == "json" else formats.render(view, "html")
@@ -188,7 +188,7 @@ class Service:
 
     def explain(self, question: str, *, strategy: str, fmt: str, ticket: Ticket) -> dict[str, Any]:
         """The physical plan for ``question``, not run (``fmt``: "json" or "html")."""
-        from nlqo import formats
+        from nlqo.explain import formats
 
         ticket.check()
         engine = self.engine

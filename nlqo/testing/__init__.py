@@ -19,9 +19,9 @@
 ``docs/testing.md`` is a tutorial; its code runs as a test.
 
 >>> from nlqo.testing import check_plan, cheapest
->>> from nlqo.optimizer import optimize
->>> from nlqo.cost import load_cost_model
->>> from nlqo.syntax import parse
+>>> from nlqo.optimizer.optimizer import optimize
+>>> from nlqo.optimizer.cost import load_cost_model
+>>> from nlqo.ir.syntax import parse
 >>> plan = check_plan(optimize(parse('q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?c)\\nanswer ?c'), cost_model=load_cost_model("structural")))
 >>> cheapest(plan, load_cost_model("structural")).cost == plan.cost.total
 True

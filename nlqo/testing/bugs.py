@@ -28,10 +28,10 @@ from unittest import mock
 
 import attrs
 
-from nlqo.cost import CostModel, load_cost_model
+from nlqo.optimizer.cost import CostModel, load_cost_model
 from nlqo.ir import Query, Relation
 from nlqo.kinds import RelationKind
-from nlqo.syntax import parse
+from nlqo.ir.syntax import parse
 from nlqo.testing.fakes import HashEmbedder
 from nlqo.testing.invariants import check_cost_deterministic, check_cost_formula, check_plan
 from nlqo.testing.oracles import (
@@ -103,7 +103,7 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "cost sign flipped",
         "a subtraction in a cost formula adds",
-        "nlqo.cost.expr:evaluate",
+        "nlqo.optimizer.cost.expr:evaluate",
         "return a - b",
         "return a + b",
         "check_cost_formula",
@@ -135,7 +135,7 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "alpha ignored",
         "a cost model's parameter overrides (--param alpha=5) do not take effect",
-        "nlqo.cost.model:CostModel.with_params",
+        "nlqo.optimizer.cost.model:CostModel.with_params",
         "params={**self.params, **params}",
         "params={**params, **self.params}",
         "check_cost_formula",
@@ -151,7 +151,7 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "stale relation-cache entry",
         "a cached pair read the other way round is not flipped",
-        "nlqo.relations:RelationCache.get",
+        "nlqo.optimizer.relations:RelationCache.get",
         "return flip(kind)",
         "return RelationKind(kind)",
         "check_relation_cache_round_trip",
@@ -175,7 +175,7 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "tree puts the wrong value in",
         "a tree node's question gets its child's question instead of the child's answer",
-        "nlqo.execute.tree:substitute",
+        "nlqo.execution.tree:substitute",
         "values[next(iter(shared))] = child.answer",
         "values[next(iter(shared))] = child.question",
         "check_differential",
@@ -183,7 +183,7 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "plan steps out of order",
         "the linear template walks a lowered plan's atoms root first instead of leaves first",
-        "nlqo.execute.lower:lower",
+        "nlqo.planner.lower:lower",
         "for n in plan.tree.postorder() if n != ROOT)",
         "for n in reversed(list(plan.tree.postorder())) if n != ROOT)",
         "check_differential",
@@ -319,7 +319,7 @@ class Catch:
 
 
 def _plans(query: Query, model: CostModel) -> Iterator:
-    from nlqo.optimizer import Optimizer
+    from nlqo.optimizer.optimizer import Optimizer
 
     yield Optimizer(cost_model=model).optimize(query)  # the default rewrite rules, no LLM
     yield plan(query, cost_model=model, seed=0)  # no rules, a stand-in LLM for undecided pairs
@@ -403,7 +403,7 @@ def catalogue_table() -> str:
 if __name__ == "__main__":
     from pathlib import Path
 
-    from nlqo.docblocks import write_block
+    from nlqo.common.docblocks import write_block
 
     write_block(Path(__file__).resolve().parents[2] / "docs" / "testing.md", "seeded-bugs", catalogue_table())
 

@@ -9,8 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from nlqo.config import default
-from nlqo.llm.scripted import ScriptedLLM
-from nlqo.passages import Hit, Passage
+from nlqo.runtime.llm.scripted import ScriptedLLM
+from nlqo.common.passages import Hit, Passage
 
 __all__ = ["PASSAGES", "HashEmbedder", "KeywordRetriever", "ScriptedLLM", "words"]
 

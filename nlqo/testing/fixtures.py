@@ -20,8 +20,8 @@ from typing import Iterator
 
 import attrs
 
-from nlqo.rewrite import Program, Rule
-from nlqo.syntax import parse, render
+from nlqo.optimizer.rewrite import Program, Rule
+from nlqo.ir.syntax import parse, render
 
 
 @attrs.frozen

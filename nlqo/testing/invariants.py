@@ -10,13 +10,13 @@ from typing import Callable, Mapping
 
 import attrs
 
-from nlqo.cost import CostContext, CostModel
-from nlqo.cost.metrics import Metric, structure_of
-from nlqo.cost.shape import FIELDS, Shape
+from nlqo.optimizer.cost import CostContext, CostModel
+from nlqo.optimizer.cost.metrics import Metric, structure_of
+from nlqo.optimizer.cost.shape import FIELDS, Shape
 from nlqo.ir import Query, Var
 from nlqo.kinds import RelationKind
-from nlqo.passages import Embedder
-from nlqo.plan import ROOT, Plan, Tree
+from nlqo.common.passages import Embedder
+from nlqo.optimizer.plan import ROOT, Plan, Tree
 
 
 class InvariantError(AssertionError):
@@ -149,7 +149,7 @@ _FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": ab
 
 def _second_opinion(node: ast.AST, env: Mapping[str, float]) -> float:
     """Python's own parse of a rendered cost formula, evaluated here: a second implementation
-    that shares nothing with :func:`nlqo.cost.expr.evaluate`."""
+    that shares nothing with :func:`nlqo.optimizer.cost.expr.evaluate`."""
     match node:
         case ast.Expression(body):
             return _second_opinion(body, env)
@@ -190,7 +190,7 @@ def check_monotone(metric: Metric, shape: Shape, field: str, step: int = 1) -> N
     by ``step`` must move the value the declared way, and an undeclared field must not move it."""
     structure = structure_of(metric)
     if structure is None:
-        _fail(f"{getattr(metric, '__name__', metric)!r} is not declared structural (use nlqo.cost.structural)")
+        _fail(f"{getattr(metric, '__name__', metric)!r} is not declared structural (use nlqo.optimizer.cost.structural)")
         return
     if field not in FIELDS:
         _fail(f"unknown field {field!r} (fields: {', '.join(FIELDS)})")

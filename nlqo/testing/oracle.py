@@ -8,10 +8,10 @@ from typing import Iterator
 
 import attrs
 
-from nlqo.cost import CostContext, CostModel
+from nlqo.optimizer.cost import CostContext, CostModel
 from nlqo.optimizer.graph import JoinGraph, join_graph
-from nlqo.passages import Embedder
-from nlqo.plan import ROOT, Plan, Tree
+from nlqo.common.passages import Embedder
+from nlqo.optimizer.plan import ROOT, Plan, Tree
 
 
 def all_trees(graph: JoinGraph, atoms: int | None = None) -> Iterator[dict[int, int]]:

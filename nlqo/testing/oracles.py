@@ -27,14 +27,14 @@ from typing import Sequence
 
 import attrs
 
-from nlqo.cost import CostModel, load_cost_model
+from nlqo.optimizer.cost import CostModel, load_cost_model
 from nlqo.errors import ConfigError
 from nlqo.ir import Atom, Query, Var
 from nlqo.kinds import RelationKind
-from nlqo.llm.base import ChatMessage, Completion, Usage
-from nlqo.passages import Embedder
-from nlqo.plan import ROOT, Plan
-from nlqo.relations import RelationCache, normalise_atom_text
+from nlqo.runtime.llm.base import ChatMessage, Completion, Usage
+from nlqo.common.passages import Embedder
+from nlqo.optimizer.plan import ROOT, Plan
+from nlqo.optimizer.relations import RelationCache, normalise_atom_text
 from nlqo.testing.invariants import _fail
 from nlqo.testing.oracle import cheapest
 
@@ -47,7 +47,7 @@ def _structural() -> CostModel:
 
 
 def _optimizer(model: CostModel | None = None, **options):
-    from nlqo.optimizer import Optimizer
+    from nlqo.optimizer.optimizer import Optimizer
 
     return Optimizer(cost_model=model or _structural(), **options)
 

@@ -15,13 +15,13 @@ from typing import Any, Sequence
 
 from hypothesis import strategies as st
 
-from nlqo.cost import CostModel, load_cost_model
+from nlqo.optimizer.cost import CostModel, load_cost_model
 from nlqo.errors import IRSemanticError
 from nlqo.ir import Atom, Const, Query, Relation, Var
 from nlqo.kinds import PINNABLE, RelationKind
-from nlqo.llm.base import ChatMessage, Completion, Usage
-from nlqo.pins import check_pins
-from nlqo.plan import Plan
+from nlqo.runtime.llm.base import ChatMessage, Completion, Usage
+from nlqo.optimizer.pins import check_pins
+from nlqo.optimizer.plan import Plan
 
 var_names = st.sampled_from(["a", "b", "c", "d", "e", "x1", "band", "Drummer"])
 const_texts = st.text(
@@ -149,7 +149,7 @@ class PairLLM:
 
 def plan(query: Query, *, cost_model: CostModel | None = None, seed: int | None = 0, **options: Any) -> Plan:
     """Plan ``query`` without rewrite rules; undecided pairs go to :class:`PairLLM` (``seed``), or default to siblings (``None``)."""
-    from nlqo.optimizer import Optimizer
+    from nlqo.optimizer.optimizer import Optimizer
 
     llm = PairLLM(query, seed) if seed is not None else None
     return Optimizer(cost_model=cost_model or load_cost_model("structural"), rules=(), llm=llm, **options).optimize(

@@ -16,9 +16,9 @@ from typing import Mapping, Sequence
 
 import attrs
 
-from nlqo.llm.base import ChatMessage, Completion, Usage
-from nlqo.passages import Passage
-from nlqo.syntax import parse
+from nlqo.runtime.llm.base import ChatMessage, Completion, Usage
+from nlqo.common.passages import Passage
+from nlqo.ir.syntax import parse
 from nlqo.testing.fakes import HashEmbedder, KeywordRetriever
 from nlqo.testing.invariants import InvariantError
 
@@ -143,7 +143,7 @@ def check_differential(world: World, question: str) -> str:
     """Run ``question`` in ``world`` under every search and cost model and both lowerings; every run
     must give the world's answer. Returns it."""
     from nlqo.config import EngineConfig
-    from nlqo.execute.engine import Engine
+    from nlqo.execution.engine import Engine
 
     truth = world.questions[question][1]
     retriever = KeywordRetriever(world.passages)

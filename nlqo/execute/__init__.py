@@ -1,1 +1,0 @@
-"""Physical plans and their execution: the TSSS linear template and the PlanRAG parallel tree."""

@@ -1,0 +1,1 @@
+"""Stage 4, execution: the engine, its operators, their executors and the trace they record."""

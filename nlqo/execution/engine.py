@@ -1,0 +1,381 @@
+"""The engine: question -> IR -> logical plan -> physical plan -> answer, with a full trace."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import attrs
+
+from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
+from nlqo.errors import ParseFailure
+from nlqo.planner.choice import held_to_options
+from nlqo.parser.questions import check_question
+from nlqo.execution.fallback import answer_or_fallback
+from nlqo.execution.linear import LinearExecutor
+from nlqo.planner.lower import BackendProfile, PhysicalPlan, lower
+from nlqo.execution.trace import PARSE_FAILED, RunResult, Step, Trace
+from nlqo.execution.tree import TreeExecutor
+from nlqo.runtime.llm.base import LLM
+from nlqo.optimizer.optimizer import Optimizer
+from nlqo.parser.parse import parse_question
+from nlqo.ir import Atom, Const, Query, Var
+from nlqo.kinds import Operator, Policy, stop_reasons
+from nlqo.execution.operators import OPERATORS
+from nlqo.execution.operators.retrieve import RETRIEVE
+from nlqo.planner.statistics.features import question_class
+from nlqo.planner.statistics.policy import Candidate, Choice, choose
+from nlqo.planner.statistics.store import Statistics, differences
+from nlqo.common.passages import Embedder, Retriever
+from nlqo.optimizer.plan import Plan
+
+if TYPE_CHECKING:
+    from nlqo.explain.formats import PhysicalView
+
+STRATEGIES = STRATEGY_NAMES
+"""Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
+PLANNED = "planned"
+"""Internal strategy: parse, plan, and lower by structural cost (what a cascade escalates to)."""
+
+
+@attrs.frozen
+class Planned:
+    plan: Plan | None
+    physical: PhysicalPlan | None
+    planning_ms: float
+    error: str | None = None
+
+
+@attrs.define(eq=False)
+class Engine:
+    """Answers questions over one retriever with one LLM. Build once (:meth:`from_config`), ask many times.
+
+    >>> from nlqo import Engine, EngineConfig
+    >>> from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever, ScriptedLLM
+    >>> llm = ScriptedLLM([
+    ...     ("nlqo IR", 'q1 = (?d, "directed", "Jaws")\\nq2 = (?d, "born in", ?city)\\nanswer ?city'),
+    ...     ("", "Cincinnati"),
+    ... ])
+    >>> config = EngineConfig(cost_model="structural", strategy="tree", measure_costs=False)
+    >>> engine = Engine.from_config(config, llm=llm, retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder())
+    >>> planned = engine.plan("In which city was the director of Jaws born?")
+    >>> dict(planned.plan.tree.parent), planned.physical.operator
+    ({'q1': 'q2', 'q2': '$root'}, <Operator.TREE: 'tree'>)
+    >>> engine.ask("In which city was the director of Jaws born?").answer
+    'Cincinnati'
+    """
+
+    llm: LLM
+    retriever: Retriever
+    embedder: Embedder
+    optimizer: Optimizer
+    linear: LinearExecutor
+    tree: TreeExecutor
+    profile: BackendProfile = BackendProfile()
+    config: EngineConfig = EngineConfig()
+    statistics: Statistics | None = None
+    """Operator statistics ``auto`` chooses by (``nlqo analyze``; else the bundled defaults)."""
+    identity: dict = attrs.field(factory=dict)
+    """What this engine runs on (model, runtime, embedder, k, retrieval, index digest), as statistics record it."""
+    owned: tuple = attrs.field(default=(), repr=False)
+    """The parts :meth:`from_config` loaded itself (not those passed in); :meth:`close` frees them."""
+    """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
+    parse (``repairs``, ``constrained``, ``parse_atoms``, ``anchored``, ``span_constants``, ``anchor_repairs``) and the limits are read from it."""
+
+    @classmethod
+    def from_config(
+        cls,
+        config: EngineConfig,
+        *,
+        llm: LLM | None = None,
+        retriever: Retriever | None = None,
+        embedder: Embedder | None = None,
+        profile: BackendProfile | None = None,
+        progress: bool = False,
+    ) -> "Engine":
+        """The engine ``config`` describes, its parts loaded by :mod:`nlqo.execution.builder`; parts passed in
+        are used instead of loading them; ``progress`` says each load on standard error."""
+        from nlqo.execution import builder
+        from nlqo.planner.lower import measure_profile
+        from nlqo.runtime.llm.backends import runtime_of
+        from nlqo.runtime.llm.base import capabilities
+        from nlqo.runtime.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
+
+        def say(message: str) -> None:
+            if progress:
+                print(f"nlqo: {message}", file=sys.stderr, flush=True)
+
+        builder.set_threads(config.threads)
+        owned: list = []
+        if retriever is None:
+            say(f"opening index {config.index} ...")
+            retriever, embedder = builder.open_retrieval(config, embedder=embedder)
+            owned.append(retriever)
+        if embedder is None:
+            embedder = builder.load_embedder(config.embedder or builder.DEFAULT_EMBEDDER)
+        if llm is None:
+            say(f"loading {config.model} ...")
+            llm = builder.load_model(config)
+            owned.append(llm)
+        optimizer = builder.build_optimizer(config, llm=llm, embedder=embedder)
+        identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
+        chooses = config.strategy == "auto" and config.policy != "structural"
+        statistics = builder.load_statistics(config, identity) if chooses else None
+        if profile is None:
+            caps = capabilities(llm)
+            profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
+            measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
+            if measure:
+                say("measuring the backend's per-token costs for the cost-based lowering ...")
+                profile = measure_profile(llm, profile)
+        return cls(
+            llm=llm,
+            retriever=retriever,
+            embedder=embedder,
+            optimizer=optimizer,
+            linear=LinearExecutor(
+                llm,
+                retriever,
+                embedder,
+                k=config.k,
+                tau=config.tau,
+                max_hops=config.max_hops,
+                kv_reuse=config.kv_reuse,
+                template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
+            ),
+            tree=TreeExecutor(
+                llm,
+                retriever,
+                k=config.k,
+                workers=config.workers,
+                parallel=config.parallel,
+                guard_rewrites=config.guard_rewrites,
+                queries=config.tree_queries,
+            ),
+            profile=profile,
+            config=config,
+            statistics=statistics,
+            identity=identity,
+            owned=tuple(owned),
+        )
+
+    def close(self) -> None:
+        """Free the model and index this engine loaded (a llama.cpp context is about 1 GB); parts
+        passed to :meth:`from_config` belong to the caller and stay open."""
+        from nlqo.runtime.llm.base import close_part
+
+        for part in self.owned:
+            close_part(part)
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def k(self) -> int:
+        return self.config.k
+
+    def _check(self, question: str) -> None:
+        """The same checks the CLI makes before a model loads (:func:`nlqo.parser.questions.check_question`)."""
+        check_question(question, max_chars=self.config.max_question_chars)
+
+    def plan(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> Planned:
+        """Choose the operator and, when it needs one, parse and optimise a plan; lower it.
+
+        ``auto`` chooses by statistics and policy before anything runs (:meth:`choose`), and parses
+        only for an operator that needs a plan. An operator named as the strategy is forced on the
+        parsed plan. Parse failures are reported, not raised."""
+        self._check(question)
+        strategy = strategy or self.config.strategy
+        trace = trace or Trace()
+        choice = None
+        if strategy == "auto" and self.config.policy == Policy.STRUCTURAL:
+            strategy = PLANNED
+        if strategy == "auto":
+            choice = self.choose(question)
+            if not OPERATORS[Operator(choice.operator)].needs_plan:
+                skipped = f"no parse: {choice.operator} needs no plan"
+                return self.unparsed(question, choice.operator, choice=attrs.evolve(choice, skipped=skipped))
+            strategy = choice.operator
+        planned = self._parse_and_plan(question, strategy, trace)
+        if choice is not None and planned.physical is not None:
+            planned = attrs.evolve(planned, physical=attrs.evolve(planned.physical, choice=choice))
+        return planned
+
+    def _parse_and_plan(self, question: str, strategy: str, trace: Trace) -> Planned:
+        started = time.perf_counter()
+        at = trace.now_ms()
+        try:
+            parsed = parse_question(
+                question,
+                self.llm,
+                repairs=self.config.repairs,
+                cleanup=self.config.ir_cleanup,
+                constrained=self.config.constrained,
+                max_atoms=self.config.parse_atoms,
+                anchored=self.config.anchored,
+                anchor_repairs=self.config.anchor_repairs,
+                spans=self.config.span_constants,
+            )
+        except ParseFailure as exc:
+            trace.record(
+                Step(
+                    node="parse",
+                    kind="llm",
+                    text=str(exc),
+                    started_ms=at,
+                    note="no valid IR: the linear template runs instead",
+                )
+            )
+            return Planned(None, None, (time.perf_counter() - started) * 1000, error=str(exc))
+        trace.record(Step.llm("parse", parsed.usage, parsed.text, at, note=parsed.describe()))
+        planned = self.plan_query(parsed.query, strategy=strategy, trace=trace)
+        assert planned.plan is not None and planned.physical is not None  # plan_query always plans
+        plan = attrs.evolve(planned.plan, warnings=parsed.warnings + planned.plan.warnings)
+        return attrs.evolve(
+            planned,
+            plan=plan,
+            physical=attrs.evolve(planned.physical, logical=plan),
+            planning_ms=(time.perf_counter() - started) * 1000,
+        )
+
+    def choose(self, question: str) -> Choice:
+        """The operator the policy picks for ``question`` from the statistics, with every candidate."""
+        from nlqo.planner.statistics.store import BUNDLED, load
+
+        stats = self.statistics or load(BUNDLED, bundled=True)
+        kind = question_class(question)
+        candidates = []
+        for operator in OPERATORS:
+            got = stats.get(operator, kind)
+            if got is not None:
+                s, basis = got
+                candidates.append(
+                    Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * self._time_scale(stats), basis)
+                )
+        choice = choose(candidates, self.config.policy, time_budget=self.config.time_budget)
+        note = stats.describe()
+        if stats.bundled:
+            diff = differences(stats, self.identity)
+            note += "; measured with " + "; ".join(diff) + " (run 'nlqo analyze' for this setup)" if diff else ""
+        return attrs.evolve(choice, question_class=str(kind), statistics=note)
+
+    def _time_scale(self, stats: Statistics) -> float:
+        """Measured seconds scaled to this backend's speed, when both were measured."""
+        if stats.prefill_ms_per_token and self.profile.source == "measured":
+            return self.profile.prefill_ms_per_token / stats.prefill_ms_per_token
+        return 1.0
+
+    def unparsed(self, question: str, operator: str, *, choice: Choice | None = None, reason: str = "") -> Planned:
+        """A physical plan for an operator that needs no plan: the question as one atom, not parsed."""
+        started = time.perf_counter()
+        query = Query(
+            atoms=(Atom("q1", Var("answer"), Const("answers"), Const(question)),),
+            answer=(Var("answer"),),
+            question=question,
+        )
+        plan = self.optimizer.optimize(query)
+        physical = lower(plan, self.profile, k=self.k, force=operator, simple=self.config.simple_plans)
+        estimates = {str(o): op.estimate(plan, self.profile, self.k) for o, op in OPERATORS.items()}
+        why = reason or (
+            f"chosen by the {choice.policy} policy: {choice.reason}" if choice else f"forced by --strategy {operator}"
+        )
+        physical = attrs.evolve(physical, estimates=estimates, parsed=False, choice=choice, reason=why, hints=())
+        return Planned(plan, physical, (time.perf_counter() - started) * 1000)
+
+    def plan_query(self, query: Query, *, strategy: str | None = None, trace: Trace | None = None) -> Planned:
+        """Optimise and lower an already parsed query (a hand-written IR file, say)."""
+        trace = trace or Trace()
+        started = time.perf_counter()
+        at = trace.now_ms()
+        strategy = strategy or self.config.strategy
+        plan = self.optimizer.optimize(query)
+        if plan.stats.llm_calls:
+            trace.record(Step.llm("relations", plan.stats.llm_usage, f"{plan.stats.llm_calls} relation calls", at))
+        physical = lower(
+            plan,
+            self.profile,
+            k=self.k,
+            force=None if strategy in ("auto", PLANNED) else strategy,
+            simple=self.config.simple_plans,
+        )
+        return Planned(plan, physical, (time.perf_counter() - started) * 1000)
+
+    def view(self, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
+        """``physical`` (and with ``result`` its run) as EXPLAIN [ANALYZE] renders it, with each node's cost."""
+        from nlqo.explain import render
+        from nlqo.optimizer.cost import CostContext
+        from nlqo.explain.formats import PhysicalView
+
+        model = self.optimizer.cost_model
+        logical = physical.logical
+        costs = render.node_costs(
+            logical, model, CostContext(logical.query, logical.relations, self.optimizer.embedder)
+        )
+        return PhysicalView(physical, result, model=model, costs=costs)
+
+    def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
+        """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first.
+        An empty answer gets one more try (:func:`~nlqo.execution.fallback.answer_or_fallback`), and
+        so does a choice question's answer that names none of its options (:mod:`nlqo.planner.choice`)."""
+        self._check(question)
+        strategy = strategy or self.config.strategy
+        if strategy not in STRATEGIES:
+            raise ValueError(f"unknown strategy {strategy!r} (choose from {', '.join(STRATEGIES)})")
+        trace = trace or Trace()
+        return self.execute(
+            question, self.prepare(question, strategy=strategy, trace=trace), strategy=strategy, trace=trace
+        )
+
+    def prepare(self, question: str, *, strategy: str, trace: Trace) -> Planned:
+        """What :meth:`ask` runs for ``strategy``: a plan, or the question as one atom for an operator that needs none."""
+        if strategy != "auto" and not OPERATORS[Operator(strategy)].needs_plan:
+            return self.unparsed(question, strategy)
+        return self.plan(question, strategy=strategy, trace=trace)
+
+    def execute(
+        self, question: str, planned: Planned, *, strategy: str | None = None, trace: Trace | None = None
+    ) -> RunResult:
+        """Run a planned question on its physical operator (the template when there is no plan)."""
+        self._check(question)
+        strategy = strategy or self.config.strategy
+        trace = trace or Trace()
+        return self._finish(self.run_planned(question, planned, strategy, trace), trace)
+
+    def _finish(self, result: RunResult, trace: Trace) -> RunResult:
+        """An empty answer asked again (:func:`answer_or_fallback`), then a choice question's answer
+        held to its options (:func:`held_to_options`, when ``hold_options``); their time counts as execution."""
+        started = time.perf_counter()
+        finished = answer_or_fallback(result, self.llm, k=self.k, trace=trace)
+        if self.config.hold_options:
+            finished = held_to_options(finished, self.llm, trace=trace)
+        if finished is result:
+            return result
+        return attrs.evolve(finished, execution_ms=result.execution_ms + (time.perf_counter() - started) * 1000)
+
+    def run_planned(self, question: str, planned: Planned, strategy: str, trace: Trace) -> RunResult:
+        """Run a planned question on its physical operator (the template when the question did not
+        parse), without the final checks of :meth:`execute`."""
+        if planned.physical is None:  # the question could not be parsed: the template needs no plan
+            simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
+            result = (
+                RETRIEVE.run(self, question, None, trace, strategy)
+                if simple
+                else self.linear.run(question, trace=trace, strategy=strategy)
+            )
+            return attrs.evolve(
+                result, planning_ms=planned.planning_ms, stop_reason=stop_reasons(PARSE_FAILED, result.stop_reason)
+            )
+        physical = planned.physical
+        result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
+        plan = physical.logical if physical.parsed else None
+        return attrs.evolve(
+            result,
+            question=question,
+            planning_ms=planned.planning_ms + result.planning_ms,
+            plan=plan,
+            physical=physical,
+        )

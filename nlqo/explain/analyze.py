@@ -1,0 +1,234 @@
+"""EXPLAIN (ANALYZE) of a physical plan: per-node annotations and totals from a run's trace."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping
+
+from nlqo.explain import render
+from nlqo.planner.lower import PhysicalPlan
+from nlqo.planner.choice import CHOICE_NODE
+from nlqo.execution.fallback import FALLBACK_NODE
+from nlqo.execution.trace import RunResult, Step
+from nlqo.kinds import Operator
+from nlqo.optimizer.plan import ROOT
+
+
+def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
+    """Positions in the trace of each plan node's steps. Linear hops map to atoms in execution
+    order (the hints); steps of no plan node (parsing, say) keep their own label."""
+    groups: dict[str, list[int]] = defaultdict(list)
+    order = [n for n in physical.logical.tree.postorder() if n != ROOT]
+    for i, step in enumerate(result.trace):
+        node = step.node
+        if physical.operator not in ("linear", "tree") or not physical.parsed:
+            node = ROOT
+        elif physical.operator == "linear" and node.startswith("hop-"):
+            hop = _hop_number(node) - 1
+            node = order[hop] if 0 <= hop < len(order) else ROOT
+        elif node in ("answer", FALLBACK_NODE, CHOICE_NODE):
+            node = ROOT
+        groups[node].append(i)
+    return groups
+
+
+def _hop_number(node: str) -> int:
+    """The hop a linear step's label names, or 0 for a label that names none.
+
+    >>> _hop_number("hop-3"), _hop_number("hop-x")
+    (3, 0)
+    """
+    number = node.partition("-")[2]
+    return int(number) if number.isdigit() else 0
+
+
+def node_actuals(steps: list[Step]) -> dict[str, Any]:
+    llm = [s for s in steps if s.kind == "llm"]
+    passages = [p for s in steps if s.kind == "retrieve" for p in s.passages]
+    scores = [s.terminator_score for s in steps if s.terminator_score is not None]
+    start = min((s.started_ms for s in steps), default=0.0)
+    end = max((s.started_ms + s.wall_ms for s in steps), default=0.0)
+    return {
+        "actual_ms": end - start,
+        "llm_calls": sum(s.calls for s in llm),
+        "prompt_tokens": sum(s.prompt_tokens for s in llm),
+        "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
+        "generated_tokens": sum(s.generated_tokens for s in llm),
+        "forced_tokens": sum(s.forced_tokens for s in llm),
+        "computed_prompt_tokens": sum(s.prompt_tokens - s.cached_prompt_tokens for s in llm),
+        "passages": [{"id": p.id, "title": p.title, "score": p.score} for p in passages],
+        "terminator_score": max(scores) if scores else None,
+    }
+
+
+def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
+    """What runs each node: the operator and its wave (tree) or hop (linear)."""
+    from nlqo.execution.operators import OPERATORS
+
+    return dict(OPERATORS[Operator(physical.operator)].annotate(physical))
+
+
+def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
+    base = physical_annotations(physical)
+    out = {}
+    for node, positions in _by_node(result, physical).items():
+        a = node_actuals([result.trace[i] for i in positions])
+        score = f" stop-score={a['terminator_score']:.2f}" if a["terminator_score"] is not None else ""
+        out[node] = (
+            f"{base.get(node, '')}; actual time={a['actual_ms']:.0f} ms llm={a['llm_calls']} "
+            f"tokens={a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']}{_forced(a['forced_tokens'])} "
+            f"passages={len(a['passages'])}{score}"
+        ).lstrip("; ")
+    for node, text in base.items():
+        out.setdefault(node, text + "; never executed")
+    return out
+
+
+def _forced(n: int) -> str:
+    """The forced-token count after the generated one, when there are any.
+
+    >>> _forced(0), _forced(12)
+    ('', '+12 forced')
+    """
+    return f"+{n} forced" if n else ""
+
+
+def parsing_lines(result: RunResult) -> list[str]:
+    """One line per parse step: constrained or not, attempts and repairs, tokens."""
+    lines = []
+    for s in result.trace:
+        if s.node == "parse" and s.kind == "llm":
+            lines.append(
+                f"Parsing: {s.note or 'the question'}; {s.wall_ms:.0f} ms, tokens "
+                f"{s.prompt_tokens - s.cached_prompt_tokens}/{s.cached_prompt_tokens}/{s.generated_tokens}{_forced(s.forced_tokens)}"
+            )
+    return lines
+
+
+def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> list[str]:
+    """The operator, why it was chosen (every candidate with its estimates, when ``auto`` chose by
+    statistics), each structural estimate, and with ``result`` estimated against actual seconds."""
+    from nlqo.execution.operators import OPERATORS
+
+    lines = [f"Physical plan: {OPERATORS[Operator(physical.operator)].label}"]
+    if physical.choice is not None:
+        lines += choice_lines(physical.choice)
+    else:
+        lines.append(f"  chosen: {physical.reason}")
+    if not physical.parsed:
+        lines.append("  (the question was not parsed: the plan above is the question as one atom)")
+    for name, e in physical.estimates.items():
+        lines.append(
+            f"  structural estimate {name}: {e.ms / 1000:.1f} s, {e.llm_calls} LLM calls, {e.generated_tokens} generated, "
+            f"{e.computed_prompt_tokens} prompt tokens computed"
+        )
+    if result is not None and physical.choice is not None:
+        estimated, actual = physical.choice.chosen.seconds, (result.planning_ms + result.execution_ms) / 1000
+        lines.append(
+            f"  seconds: estimated {estimated:.1f}, actual {actual:.1f}, q-error {q_error(estimated, actual):.2f}"
+        )
+    return lines
+
+
+def choice_lines(choice) -> list[str]:
+    """Every candidate of a choice by statistics: estimated EM with its interval and sample count, seconds."""
+    lines = [
+        f"  choice: policy {choice.policy}, question class {choice.question_class}; statistics: {choice.statistics}"
+    ]
+    for c in sorted(choice.candidates, key=lambda c: c.seconds):
+        mark = "->" if c.operator == choice.operator else "  "
+        lines.append(
+            f"  {mark} {c.operator:<9} est. EM {c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}] n={c.n} ({c.basis}), est. {c.seconds:.1f} s"
+        )
+    lines.append(f"  chosen: {choice.operator}: {choice.reason}")
+    if choice.skipped:
+        lines.append(f"  skipped: {choice.skipped}")
+    return lines
+
+
+def q_error(estimated: float, actual: float) -> float:
+    """max(est/actual, actual/est): 1 is a perfect estimate.
+
+    >>> q_error(10, 8), q_error(8, 10), q_error(0, 1)
+    (1.25, 1.25, inf)
+    """
+    if estimated <= 0 or actual <= 0:
+        return float("inf") if estimated != actual else 1.0
+    return max(estimated / actual, actual / estimated)
+
+
+def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None) -> str:
+    """The plan tree with physical operators (and actuals when ``result`` is given), then totals."""
+    notes = actual_annotations(result, physical) if result is not None else physical_annotations(physical)
+    body = render.text(physical.logical, model=model, costs=costs, annotations=notes)
+    lines = [body, *physical_lines(physical, result)]
+    if result is not None:
+        s = result.stats()
+        lines += parsing_lines(result)
+        forced = f", {s['forced_tokens']} forced" if s["forced_tokens"] else ""
+        lines.append(
+            f"Execution: {s['execution_ms']:.0f} ms, {s['llm_calls']} LLM calls, {s['prompt_tokens']} prompt tokens "
+            f"({s['cached_prompt_tokens']} from cache), {s['generated_tokens']} generated{forced}, {s['hops']} hops, "
+            f"stop: {s['stop_reason']}"
+        )
+        lines.append(f"Planning time: {s['planning_ms']:.0f} ms")
+        lines.append(
+            f"Answer: {result.answer}"
+            if result.answer.strip()
+            else "Answer: (none: no usable answer in the retrieved passages)"
+        )
+    lines.append(
+        "(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])"
+    )
+    return "\n".join(lines)
+
+
+def to_dict(
+    result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, trace: bool = True
+) -> dict[str, Any]:
+    """The plan as JSON with its physical operator and, given ``result``, each node's actuals
+    (``steps`` are positions in the trace) and an ``analyze`` section with the whole trace,
+    prompts and passage texts included; ``trace=False`` leaves that section out (bench records
+    hold the trace themselves)."""
+    extra: Mapping[str, Mapping[str, Any]] = {}
+    if result is not None:
+        extra = {
+            n: {"actual": {**node_actuals([result.trace[i] for i in positions]), "steps": positions}}
+            for n, positions in _by_node(result, physical).items()
+        }
+    phys = physical_annotations(physical)
+    extra = {n: {**extra.get(n, {}), "operator": phys.get(n, "")} for n in physical.logical.tree.nodes}
+    data = render.to_dict(physical.logical, model=model, costs=costs, extra_nodes=extra)
+    data["physical"] = {
+        "operator": physical.operator,
+        "reason": physical.reason,
+        "estimates": {
+            k: {
+                "ms": e.ms,
+                "llm_calls": e.llm_calls,
+                "generated_tokens": e.generated_tokens,
+                "computed_prompt_tokens": e.computed_prompt_tokens,
+            }
+            for k, e in physical.estimates.items()
+        },
+        "waves": [list(w) for w in physical.waves],
+        "hints": list(physical.hints),
+        "parsed": physical.parsed,
+        "choice": None if physical.choice is None else choice_dict(physical.choice, result),
+    }
+    if result is not None and trace:
+        data["analyze"] = result.to_dict(texts=True)
+    return data
+
+
+def choice_dict(choice, result: RunResult | None) -> dict[str, Any]:
+    """A choice by statistics as JSON, with estimated against actual seconds when run."""
+    import attrs
+
+    data = attrs.asdict(choice)
+    if result is not None:
+        actual = (result.planning_ms + result.execution_ms) / 1000
+        data["actual_seconds"] = actual
+        q = q_error(choice.chosen.seconds, actual)
+        data["q_error"] = q if q != float("inf") else None
+    return data

@@ -1,0 +1,90 @@
+"""One generation request and how its tokens are chosen and taken: greedy, under the request's
+grammar when it has one (:mod:`nlqo.runtime.llm.constrain`: the logits are masked before the argmax, and the
+tokens the grammar forces are appended without sampling), ended by an end-of-generation token, a
+stop string, the grammar, or a length limit."""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import attrs
+import numpy as np
+
+from nlqo.errors import LLMError
+from nlqo.runtime.llm.base import cut_at_stop
+from nlqo.runtime.llm.constrain import Matcher
+
+if TYPE_CHECKING:
+    from nlqo.runtime.llm.llamacpp.kv import _Slot
+
+
+@attrs.define(eq=False)
+class _Request:
+    owner: int
+    saved: "collections.OrderedDict[tuple[int, ...], bytes]"
+    saved_size: int
+    ids: list[int]
+    reuse: bool
+    remember: int
+    """Save the KV state of the first ``remember`` prompt tokens (0: none)."""
+    stop: Sequence[str]
+    max_tokens: int
+    matcher: Matcher | None = None
+    """The request's grammar state (None: unconstrained)."""
+    slot: _Slot | None = None
+    pos: int = 0
+    """Tokens (prompt, then generated) whose KV state is in the slot."""
+    cached: int = 0
+    generated: list[int] = attrs.Factory(list)
+    """Reply tokens: chosen ones and, with a grammar, forced ones (the last ones may wait to be computed)."""
+    pieces: bytearray = attrs.Factory(bytearray)
+    text: str = ""
+    finish: str = "stop"
+    error: BaseException | None = None
+    done: threading.Event = attrs.Factory(threading.Event)
+
+    @property
+    def prefilling(self) -> bool:
+        return self.pos < len(self.ids)
+
+    @property
+    def seq(self) -> int:
+        """The KV sequence of the request's slot (it has one once admitted)."""
+        if self.slot is None:
+            raise LLMError("internal: a request without a slot reached the decoder")
+        return self.slot.seq
+
+
+def choose(r: _Request, logits: np.ndarray) -> int:
+    """The greedy token among those ``r``'s grammar allows (any token without one); the lowest id
+    wins a tie, so the choice does not depend on what else was in the batch. A grammar that cannot
+    go on raises :class:`~nlqo.errors.LLMError`."""
+    if r.matcher is None:
+        return int(np.argmax(logits))
+    return r.matcher.choose(logits)
+
+
+def take(r: _Request, token: int, *, piece: Callable[[int], bytes], is_end: Callable[[int], bool], n_ctx: int) -> bool:
+    """Append the chosen ``token`` to ``r``, and the tokens its grammar forces after it; True when
+    ``r`` is finished (its ``text`` and ``finish`` set)."""
+    r.generated.append(token)
+    if is_end(token):
+        r.text, r.finish = bytes(r.pieces).decode("utf-8", "replace"), "stop"
+        return True
+    r.pieces += piece(token)
+    if r.matcher is not None:
+        r.matcher.advance(token)
+        for t in r.matcher.forced(r.max_tokens - len(r.generated)):
+            r.generated.append(t)
+            r.pieces += piece(t)
+    text = bytes(r.pieces).decode("utf-8", "ignore")
+    cut, hit = cut_at_stop(text, r.stop)
+    if hit or (r.matcher is not None and r.matcher.done):
+        r.text, r.finish = cut, "stop"
+        return True
+    if len(r.generated) >= r.max_tokens or len(r.ids) + len(r.generated) >= n_ctx:
+        r.text, r.finish = bytes(r.pieces).decode("utf-8", "replace"), "length"
+        return True
+    return False
