@@ -89,7 +89,7 @@ class StopReason(_Word):
     NO_ANSWER = "no_answer"
     """No answer even from the passages."""
     HELD_TO_OPTIONS = "held_to_options"
-    """A choice question's answer was asked again among its options (:mod:`nlqo.planner.choice`)."""
+    """A choice question's answer was asked again among its options (:mod:`nlqo.execution.choice`)."""
     CASCADE_RETRIEVE = "cascade: retrieve"
     """The cascade stopped after one retrieval: its answer was supported."""
     CASCADE_ITERATE = "cascade: iterate"

@@ -1,4 +1,4 @@
-"""A choice question's answer is held to the options it names (nlqo.planner.choice)."""
+"""A choice question's answer is held to the options it names (nlqo.execution.choice)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
-from nlqo.planner.choice import CHOICE_NODE, HELD, named_options, offered_options
+from nlqo.execution.choice import CHOICE_NODE, HELD, named_options
+from nlqo.parser.questions import offered_options
 from nlqo.execution.engine import Engine
 from nlqo.runtime.llm import ScriptedLLM
 
@@ -87,7 +88,7 @@ def test_options_are_read_from_the_comma_form_only(question, options):
 
 
 def test_an_answer_named_with_both_options_links_neither():
-    from nlqo.planner.choice import linked_options
+    from nlqo.execution.choice import linked_options
 
     texts = ["Jaws and Alien were both scored by John Williams? Jaws was; Alien was scored by Jerry Goldsmith."]
     assert linked_options("John Williams", ["Jaws", "Alien"], texts) == ["Jaws", "Alien"]

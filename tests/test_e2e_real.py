@@ -122,7 +122,7 @@ def test_tree_on_the_real_model(engine):
 
 
 def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_an_option(engine):
-    from nlqo.planner.choice import CHOICE_NODE, HELD, held_to_options
+    from nlqo.execution.choice import CHOICE_NODE, HELD, held_to_options
     from nlqo.execution.trace import RunResult, Step
 
     question = "Who was born first, Ada Lovelace or Charles Babbage?"

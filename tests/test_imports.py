@@ -1,4 +1,5 @@
-"""The import graph of nlqo/ has no circles, and library code never imports the CLI.
+"""The import graph of nlqo/ has no circles, and the stages keep their layers (import-linter's contract in
+pyproject.toml: a module imports from its own layer and those below, never above).
 
 Every import counts, also those inside functions (they still tie the modules together); only
 imports under ``if TYPE_CHECKING:`` do not, as they never run. ``from nlqo.pkg import name``
@@ -8,7 +9,13 @@ counts as an import of the submodule ``nlqo.pkg.name`` when there is one, else o
 from __future__ import annotations
 
 import ast
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nlqo"
 
@@ -115,23 +122,47 @@ def test_nlqo_has_no_import_circles():
     assert circles(import_graph(modules())) == []
 
 
-def test_library_code_never_imports_the_cli():
-    graph = import_graph(modules())
-    offenders = {
-        m: sorted(t for t in targets if t == "nlqo.cli" or t.startswith("nlqo.cli."))
-        for m, targets in graph.items()
-        if not (m == "nlqo.cli" or m.startswith("nlqo.cli.") or m == "nlqo.__main__")
-    }
-    assert {m: t for m, t in offenders.items() if t} == {}
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    """import-linter's verdict on the nlqo package under ``root`` by the contract in pyproject.toml."""
+    return subprocess.run(
+        [
+            str(Path(sys.executable).with_name("lint-imports")),
+            "--config",
+            str(PACKAGE.parent / "pyproject.toml"),
+            "--no-cache",
+        ],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+    )
 
 
-def test_the_engine_never_imports_the_evaluation():
-    """Evaluation sits above the engine: nlqo.eval may use everything, nothing below it uses nlqo.eval."""
-    graph = import_graph(modules())
-    above = ("nlqo.eval", "nlqo.cli", "nlqo.testing")
-    below = {
-        m: sorted(t for t in targets if t.startswith("nlqo.eval"))
-        for m, targets in graph.items()
-        if not m.startswith(above) and m not in ("nlqo", "nlqo.__main__")
-    }
-    assert {m: t for m, t in below.items() if t} == {}
+def test_the_stages_keep_their_layers():
+    """The layers contract (pyproject.toml, docs/architecture.md) holds on nlqo/ as it is."""
+    run = lint_imports(PACKAGE.parent)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "Contracts: 1 kept, 0 broken." in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "upward"),
+    [
+        ("optimizer/dp.py", "    from nlqo.cli import main\n"),  # inside a function: it still ties the layers
+        ("execution/engine.py", "from nlqo.eval import baselines\n"),
+        ("runtime/llm/base.py", "if TYPE_CHECKING:\n    from nlqo.execution.trace import Trace\n"),
+    ],
+)
+def test_an_upward_import_breaks_the_layers(tmp_path, module, upward):
+    shutil.copytree(PACKAGE, tmp_path / "nlqo", ignore=shutil.ignore_patterns("__pycache__"))
+    target = tmp_path / "nlqo" / module
+    text = target.read_text(encoding="utf-8")
+    if upward.startswith("    "):
+        upward = "def _upward():\n" + upward
+    if "TYPE_CHECKING" in upward:
+        upward = "from typing import TYPE_CHECKING\n" + upward
+    target.write_text(text + "\n\n" + upward, encoding="utf-8")
+    run = lint_imports(tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "Contracts: 0 kept, 1 broken." in run.stdout
+    assert module.replace("/", ".").removesuffix(".py") in run.stdout

@@ -473,7 +473,7 @@ def test_a_merge_reply_starting_with_no_rejects_the_edge_and_the_plan_is_made_ag
 )
 def test_check_pins_names_the_lines_it_knows_and_orients_the_pair(pins, lines, message, located):
     from nlqo.ir import Relation
-    from nlqo.optimizer.pins import check_pins
+    from nlqo.ir.pins import check_pins
 
     with pytest.raises(IRSemanticError) as info:
         check_pins([Relation(*p) for p in pins], lines=lines, source="x.nlqo")
@@ -483,7 +483,7 @@ def test_check_pins_names_the_lines_it_knows_and_orients_the_pair(pins, lines, m
 
 def test_pins_said_twice_or_from_either_side_agree():
     from nlqo.ir import Relation
-    from nlqo.optimizer.pins import check_pins
+    from nlqo.ir.pins import check_pins
 
     pins = [("q1", "parent", "q2"), ("q1", "parent", "q2"), ("q2", "sibling", "q3"), ("q3", "sibling", "q2"),
             ("q1", "none", "q4"), ("q4", "none", "q1"), ("q2", "parent", "q5"), ("q5", "parent", "q6")]  # fmt: skip

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nlqo.errors import ConfigError
-from nlqo.planner.statistics.collect import collect
+from nlqo.eval.collect import collect
 from nlqo.planner.statistics.intervals import wilson
 from nlqo.planner.statistics.policy import Candidate, choose
 from nlqo.planner.statistics.store import ALL, MIN_CLASS, BUNDLED, load, save
@@ -48,8 +48,8 @@ def test_quality_is_never_worse_than_balanced_and_balanced_never_slower_than_qua
     quality, balanced, fast = (choose(cands, p).chosen for p in ("quality", "balanced", "fast"))
     assert quality.em >= balanced.em >= min(c.em for c in cands)
     assert fast.seconds <= balanced.seconds <= quality.seconds
-    best = max(cands, key=lambda c: c.em)
-    assert balanced.em >= best.em_low
+    top = max(c.em for c in cands)  # of several with the top EM, the policy may measure from any one's interval
+    assert balanced.em >= min(c.em_low for c in cands if c.em == top)
 
 
 def test_a_budget_nothing_fits_runs_the_fastest_and_says_so():

@@ -100,7 +100,7 @@ def statistics_of(folder: Path, index_dir: Path):
 
     from nlqo.eval.records import read_records
     from nlqo.index.search import Index
-    from nlqo.planner.statistics.collect import collect
+    from nlqo.eval.collect import collect
     from nlqo.planner.statistics.store import index_digest
 
     info = json.loads((folder / "run.json").read_text(encoding="utf-8"))

@@ -29,7 +29,7 @@ CONSTANTS: tuple[tuple[str, str], ...] = (
     ("nlqo.planner.statistics.store", "MIN_CLASS"),
     ("nlqo.planner.statistics.store", "VERSION"),
     ("nlqo.planner.lower", "PASSAGE_TOKENS"),
-    ("nlqo.planner.choice", "MAX_PASSAGES"),
+    ("nlqo.execution.choice", "MAX_PASSAGES"),
     ("nlqo.execution.fallback", "MAX_SPAN_WORDS"),
     ("nlqo.index.fusion", "HYBRID_DEPTH"),
     ("nlqo.index.fusion", "RRF_K"),

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING
 
 import attrs
 
 from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
 from nlqo.errors import ParseFailure
-from nlqo.planner.choice import held_to_options
+from nlqo.execution.choice import held_to_options
 from nlqo.parser.questions import check_question
 from nlqo.execution.fallback import answer_or_fallback
 from nlqo.execution.linear import LinearExecutor
@@ -29,9 +28,6 @@ from nlqo.planner.statistics.policy import Candidate, Choice, choose
 from nlqo.planner.statistics.store import Statistics, differences
 from nlqo.common.passages import Embedder, Retriever
 from nlqo.optimizer.plan import Plan
-
-if TYPE_CHECKING:
-    from nlqo.explain.formats import PhysicalView
 
 STRATEGIES = STRATEGY_NAMES
 """Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
@@ -304,23 +300,10 @@ class Engine:
         )
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
 
-    def view(self, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
-        """``physical`` (and with ``result`` its run) as EXPLAIN [ANALYZE] renders it, with each node's cost."""
-        from nlqo.explain import render
-        from nlqo.optimizer.cost import CostContext
-        from nlqo.explain.formats import PhysicalView
-
-        model = self.optimizer.cost_model
-        logical = physical.logical
-        costs = render.node_costs(
-            logical, model, CostContext(logical.query, logical.relations, self.optimizer.embedder)
-        )
-        return PhysicalView(physical, result, model=model, costs=costs)
-
     def ask(self, question: str, *, strategy: str | None = None, trace: Trace | None = None) -> RunResult:
         """Answer ``question``: ``linear`` runs the template directly; ``tree`` and ``auto`` plan first.
         An empty answer gets one more try (:func:`~nlqo.execution.fallback.answer_or_fallback`), and
-        so does a choice question's answer that names none of its options (:mod:`nlqo.planner.choice`)."""
+        so does a choice question's answer that names none of its options (:mod:`nlqo.execution.choice`)."""
         self._check(question)
         strategy = strategy or self.config.strategy
         if strategy not in STRATEGIES:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from nlqo.explain import render
 from nlqo.planner.lower import PhysicalPlan
-from nlqo.planner.choice import CHOICE_NODE
+from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import RunResult, Step
 from nlqo.kinds import Operator

@@ -24,7 +24,8 @@ import attrs
 
 from nlqo.explain import html
 from nlqo.explain import render as explain  # formats.render, below, is this module's own function
-from nlqo.optimizer.cost import CostModel
+from nlqo.optimizer.cost import CostContext, CostModel
+from nlqo.optimizer.optimizer import Optimizer
 from nlqo.errors import NlqoError
 from nlqo.explain import analyze
 from nlqo.planner.lower import PhysicalPlan
@@ -67,6 +68,13 @@ class PhysicalView:
         if self.result is None:
             return analyze.physical_annotations(self.physical)
         return analyze.actual_annotations(self.result, self.physical)
+
+    @classmethod
+    def of(cls, optimizer: Optimizer, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
+        """``physical`` (and with ``result`` its run) with each node's cost under ``optimizer``'s cost model."""
+        logical, model = physical.logical, optimizer.cost_model
+        context = CostContext(logical.query, logical.relations, optimizer.embedder)
+        return cls(physical, result, model=model, costs=explain.node_costs(logical, model, context))
 
 
 def _json(view: LogicalView | PhysicalView) -> str:

@@ -22,7 +22,7 @@ import lark
 
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Atom, Const, Query, Relation, Var
-from nlqo.optimizer.pins import check_pins
+from nlqo.ir.pins import check_pins
 from nlqo.common.resources import builtin_dir
 
 # Bad inputs by what is wrong with them; lark matches a failure to the closest example.

@@ -27,7 +27,7 @@ from nlqo.optimizer.graph import JoinGraph, join_graph, parents_of
 from nlqo.optimizer.greedy import greedy
 from nlqo.optimizer.verify import verify
 from nlqo.common.passages import Embedder
-from nlqo.optimizer.pins import check_pins
+from nlqo.ir.pins import check_pins
 from nlqo.optimizer.plan import ROOT, Cost, LeftOut, Plan, SearchStats, Tree
 from nlqo.runtime.prompts import planning
 from nlqo.optimizer.relations import RelationCache, Relations, llm_asker, resolve

@@ -13,6 +13,7 @@ nlqo.errors.QuestionError: the question holds a control character (U+0000) at ch
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from nlqo.errors import LimitError, QuestionError
@@ -42,3 +43,35 @@ def check_question(text: str, *, max_chars: int | None = None, what: str = "ques
             raise QuestionError(f"the {what} holds a control character (U+{ord(ch):04X}) at character {i}; remove it")
     if not any(ch.isalnum() for ch in text):
         raise QuestionError(f"the {what} has no letter or digit: nothing to ask")
+
+
+_WH = re.compile(r"(?:which|who|whose|what|where|when)\b", re.IGNORECASE)
+_OR = re.compile(r",? or ")
+_POLAR = re.compile(r"(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.IGNORECASE)
+_ASKS_WHAT = re.compile(r"\b(?:which|what|who|whom|whose|how)\b", re.IGNORECASE)
+YES_NO = ("yes", "no")
+
+
+def offered_options(question: str) -> tuple[str, ...]:
+    """The two options of a ``<wh-word> ..., A or B?`` question, yes and no for a polar question,
+    else ``()``.
+
+    >>> offered_options("Which film came out first, Jaws or Alien?")
+    ('Jaws', 'Alien')
+    >>> offered_options("Which film has the director born earlier, Priscilla, Queen Of The Desert or Harvest: 3,000 Years?")
+    ('Priscilla, Queen Of The Desert', 'Harvest: 3,000 Years')
+    >>> offered_options("Which group has more members, DC Talk, or Manchester Orchestra?")
+    ('DC Talk', 'Manchester Orchestra')
+    >>> offered_options("Are Jaws and Alien both American films?")
+    ('yes', 'no')
+    >>> offered_options("Who directed Jaws?"), offered_options("Is Jaws or Alien older?"), offered_options("Will Smith starred in which film?")
+    ((), (), ())
+    """
+    text = question.strip().removesuffix("?")
+    if _POLAR.match(text):
+        return () if " or " in text or _ASKS_WHAT.search(text) else YES_NO
+    head, comma, tail = text.partition(", ")
+    if not comma or not _WH.match(head.strip()):
+        return ()
+    options = tuple(part.strip().removesuffix("?").strip() for part in _OR.split(tail))
+    return options if len(options) == 2 and all(options) and options[0] != options[1] else ()

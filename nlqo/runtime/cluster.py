@@ -20,9 +20,11 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import attrs
 
-import nlqo
+from nlqo._version import __version__
 from nlqo.errors import ConfigError
 
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+"""The folder this process imports nlqo from."""
 _SPEC = re.compile(r"^(?:local:(?P<n>\d+)|(?P<address>(?:tcp|tls)://[^\s/]+:\d+))$")
 
 
@@ -78,7 +80,7 @@ def worker_env(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
     >>> worker_env({"PYTHONPATH": "/x"})["PYTHONPATH"].endswith(os.pathsep + "/x")
     True
     """
-    here = str(Path(nlqo.__file__).resolve().parents[1])
+    here = str(_SOURCE_ROOT)
     rest = [p for p in environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != here]
     return {"PYTHONPATH": os.pathsep.join([here, *rest]), "TQDM_DISABLE": "1"}
 
@@ -111,16 +113,14 @@ def describe_workers(client) -> tuple[WorkerInfo, ...]:
 
 
 def _about(dask_worker) -> dict:
-    import nlqo as imported
-
     return {
         "address": dask_worker.address,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "cores": cores(),
         "nthreads": dask_worker.state.nthreads,
-        "nlqo_version": imported.__version__,
-        "nlqo_path": str(Path(imported.__file__).resolve().parents[1]),
+        "nlqo_version": __version__,
+        "nlqo_path": str(_SOURCE_ROOT),
     }
 
 
@@ -166,10 +166,10 @@ def connect(spec: ClusterSpec, *, timeout_s: float = 120.0) -> Iterator[Connecti
                 raise ConfigError(f"cannot reach the Dask scheduler at {spec.address}: {exc}") from None
         client.wait_for_workers(max(1, spec.workers), timeout=timeout_s)
         workers = describe_workers(client)
-        stray = [w for w in workers if w.nlqo_version != nlqo.__version__]
+        stray = [w for w in workers if w.nlqo_version != __version__]
         if stray:
             raise ConfigError(
-                f"workers import another nlqo than this process ({nlqo.__version__}): "
+                f"workers import another nlqo than this process ({__version__}): "
                 + ", ".join(f"{w.address} has {w.nlqo_version} from {w.nlqo_path}" for w in stray)
             )
         yield Connection(client, spec, workers)

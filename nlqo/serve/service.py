@@ -179,7 +179,7 @@ class Service:
         if explain and result.physical is not None:
             from nlqo.explain import formats
 
-            view = engine.view(result.physical, result)
+            view = formats.PhysicalView.of(engine.optimizer, result.physical, result)
             body["explain"] = view.to_dict() if explain == "json" else formats.render(view, "html")
         elif explain:
             body["explain"] = None
@@ -199,7 +199,7 @@ class Service:
             raise ParseFailure(
                 f"the question could not be parsed into a plan; the last error: {last}", attempts=(), errors=()
             )
-        view = engine.view(planned.physical)
+        view = formats.PhysicalView.of(engine.optimizer, planned.physical)
         plan = view.to_dict() if fmt == "json" else formats.render(view, "html")
         return {
             "question": question,

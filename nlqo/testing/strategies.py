@@ -20,7 +20,7 @@ from nlqo.errors import IRSemanticError
 from nlqo.ir import Atom, Const, Query, Relation, Var
 from nlqo.kinds import PINNABLE, RelationKind
 from nlqo.runtime.llm.base import ChatMessage, Completion, Usage
-from nlqo.optimizer.pins import check_pins
+from nlqo.ir.pins import check_pins
 from nlqo.optimizer.plan import Plan
 
 var_names = st.sampled_from(["a", "b", "c", "d", "e", "x1", "band", "Drummer"])

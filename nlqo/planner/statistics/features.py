@@ -8,7 +8,7 @@ its words. Statistics are kept per form where the sample allows (:mod:`nlqo.plan
 
 from __future__ import annotations
 
-from nlqo.planner.choice import offered_options
+from nlqo.parser.questions import offered_options
 from nlqo.kinds import QuestionClass
 
 

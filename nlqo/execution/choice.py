@@ -25,6 +25,7 @@ import attrs
 from nlqo.execution.fallback import ask_again
 from nlqo.execution.trace import PassageRef, RunResult, Step, Trace
 from nlqo.kinds import StepKind, StopReason, stop_reasons
+from nlqo.parser.questions import YES_NO, offered_options
 from nlqo.runtime.llm.base import LLM
 from nlqo.runtime.llm.constrain import choice
 
@@ -33,37 +34,6 @@ HELD: str = StopReason.HELD_TO_OPTIONS.value
 """The ``stop_reason`` suffix of a run whose answer was asked again among the options."""
 MAX_PASSAGES = 8
 """Passages shown when a choice question is asked again among its options."""
-
-_WH = re.compile(r"(?:which|who|whose|what|where|when)\b", re.IGNORECASE)
-_OR = re.compile(r",? or ")
-_POLAR = re.compile(r"(?:is|are|was|were|do|does|did|can|could|has|have|had|will|would|should)\b", re.IGNORECASE)
-_ASKS_WHAT = re.compile(r"\b(?:which|what|who|whom|whose|how)\b", re.IGNORECASE)
-YES_NO = ("yes", "no")
-
-
-def offered_options(question: str) -> tuple[str, ...]:
-    """The two options of a ``<wh-word> ..., A or B?`` question, yes and no for a polar question,
-    else ``()``.
-
-    >>> offered_options("Which film came out first, Jaws or Alien?")
-    ('Jaws', 'Alien')
-    >>> offered_options("Which film has the director born earlier, Priscilla, Queen Of The Desert or Harvest: 3,000 Years?")
-    ('Priscilla, Queen Of The Desert', 'Harvest: 3,000 Years')
-    >>> offered_options("Which group has more members, DC Talk, or Manchester Orchestra?")
-    ('DC Talk', 'Manchester Orchestra')
-    >>> offered_options("Are Jaws and Alien both American films?")
-    ('yes', 'no')
-    >>> offered_options("Who directed Jaws?"), offered_options("Is Jaws or Alien older?"), offered_options("Will Smith starred in which film?")
-    ((), (), ())
-    """
-    text = question.strip().removesuffix("?")
-    if _POLAR.match(text):
-        return () if " or " in text or _ASKS_WHAT.search(text) else YES_NO
-    head, comma, tail = text.partition(", ")
-    if not comma or not _WH.match(head.strip()):
-        return ()
-    options = tuple(part.strip().removesuffix("?").strip() for part in _OR.split(tail))
-    return options if len(options) == 2 and all(options) and options[0] != options[1] else ()
 
 
 def _words(text: str) -> set[str]:

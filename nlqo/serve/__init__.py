@@ -1,0 +1,1 @@
+"""`nlqo serve`: the HTTP service, its limits and guards, and the web console."""
