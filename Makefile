@@ -23,7 +23,7 @@ $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PY) -m pip install --quiet torch==2.13.0
 	# llama.cpp, the default runtime for GGUF models, built for AVX2 (a native build crashes on some CPUs).
 	sh scripts/install-llama-cpp.sh $(PY)
-	$(PY) -m pip install --quiet -e ".[embedder]"
+	$(PY) -m pip install --quiet -e ".[all,embedder]"
 	touch $@
 
 install: $(VENV)/.base
@@ -55,6 +55,7 @@ test: install-test lint
 # Static checks, part of `make test`: ruff's bug-finding rules, ruff format (120 columns) and mypy over nlqo/ (pyproject.toml).
 lint: install-test
 	$(PY) -m ruff check nlqo tests benchmarks scripts
+	$(VENV)/bin/lint-imports
 	$(PY) -m ruff format --check nlqo tests benchmarks scripts
 	$(PY) -m mypy
 

@@ -113,3 +113,7 @@ class WriteError(NlqoError):
 
 class RepairWarning(UserWarning):
     """Damage nlqo found and repaired on its own: a torn last record dropped, a damaged index rebuilt."""
+
+
+class MissingExtra(ConfigError):
+    """A part of nlqo whose libraries were not installed: the message names the extra that brings them."""

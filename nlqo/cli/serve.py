@@ -13,6 +13,7 @@ from pathlib import Path
 
 from nlqo.cli import common
 from nlqo.config import STRATEGIES
+from nlqo.common.extras import need
 from nlqo.errors import ConfigError
 
 TOKEN_ENV = "NLQO_SERVE_TOKEN"
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if args.timeout <= 0 or args.grace < 0:
         raise ConfigError("--timeout must be positive and --grace not negative")
     try:
-        import uvicorn
+        need("fastapi", "serve")
+        uvicorn = need("uvicorn", "serve")
 
         from nlqo.serve.app import create_app
         from nlqo.serve.service import Service

@@ -6,12 +6,13 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from nlqo.eval.metrics import wilson_interval
+from nlqo.common.extras import need
 
 PLOTS = ("em_vs_seconds.png", "tokens_per_question.png", "hops_histogram.png")
 
 
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
+    Figure = need("matplotlib.figure", "eval").Figure
 
     return Figure(figsize=(width, height), layout="constrained")
 

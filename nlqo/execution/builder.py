@@ -45,8 +45,10 @@ def load_cost(config: EngineConfig) -> "CostModel":
 def set_threads(threads: int | None) -> None:
     """Set torch's CPU thread count for this process (the embedder's; a local LLM's too), when given."""
     if threads:
-        import torch
-
+        try:
+            import torch
+        except ImportError:  # no torch, no torch threads to set (llama.cpp takes its own)
+            return
         torch.set_num_threads(threads)
 
 

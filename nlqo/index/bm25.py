@@ -9,6 +9,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.errors import IndexFileError
+from nlqo.common.extras import need
 
 DIRNAME = "bm25"
 STOPWORDS = "en"
@@ -20,14 +21,14 @@ def tokenize(texts: Sequence[str]) -> list[list[str]]:
     >>> tokenize(["The Eiffel Tower is in Paris."])
     [['eiffel', 'tower', 'paris']]
     """
-    import bm25s
+    bm25s = need("bm25s", "index")
 
     return bm25s.tokenize(list(texts), stopwords=STOPWORDS, return_ids=False, show_progress=False)
 
 
 def write_bm25(folder: Path, texts: Sequence[str]) -> None:
     """Index ``texts`` (row ``i`` is document ``i``) and save the model into ``folder``."""
-    import bm25s
+    bm25s = need("bm25s", "index")
 
     model = bm25s.BM25()
     model.index(tokenize(texts), show_progress=False)
@@ -44,7 +45,7 @@ class Bm25:
 
     @classmethod
     def open(cls, folder: Path, count: int) -> Bm25:
-        import bm25s
+        bm25s = need("bm25s", "index")
 
         if not folder.is_dir():
             raise IndexFileError(f"{folder}: BM25 index is missing")

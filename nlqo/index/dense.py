@@ -11,6 +11,7 @@ import attrs
 import numpy as np
 
 from nlqo.errors import IndexFileError
+from nlqo.common.extras import need
 
 FILENAME = "dense.faiss"
 KINDS = ("flat", "hnsw", "ivf")
@@ -45,7 +46,7 @@ class DenseParams:
 
 def build_dense(vectors: np.ndarray, params: DenseParams):
     """A FAISS index holding ``vectors`` as ids ``0..n-1`` (params must be ``resolved``)."""
-    import faiss
+    faiss = need("faiss", "index")
 
     n, dim = vectors.shape
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -66,7 +67,7 @@ def build_dense(vectors: np.ndarray, params: DenseParams):
 def write_dense(index, path: Path) -> None:
     """Write ``index`` to ``path`` through Python's file writes, so a full disk raises ``OSError``
     (FAISS's own file writer ignores a failed close and can leave a file cut short)."""
-    import faiss
+    faiss = need("faiss", "index")
 
     with open(path, "wb") as fh:
         faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]
@@ -74,7 +75,7 @@ def write_dense(index, path: Path) -> None:
 
 def open_dense(path: Path, params: DenseParams, dim: int, count: int):
     """Read the FAISS index and set its search-time parameters."""
-    import faiss
+    faiss = need("faiss", "index")
 
     if not path.is_file():
         raise IndexFileError(f"{path}: dense index is missing")

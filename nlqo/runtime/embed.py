@@ -18,6 +18,7 @@ import numpy as np
 
 from nlqo.errors import ModelNotAvailable
 from nlqo.common.logs import tame_transformers
+from nlqo.common.extras import need
 
 DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 
@@ -115,12 +116,7 @@ class SentenceEmbedder:
         bundled model's weights.
         """
         name, path = _resolve(name_or_path, verify=verify)
-        try:
-            from sentence_transformers import SentenceTransformer
-        except ImportError as exc:  # pragma: no cover - a dependency of nlqo
-            raise ModelNotAvailable(
-                f"sentence-transformers is not installed: pip install sentence-transformers ({exc})"
-            ) from exc
+        SentenceTransformer = need("sentence_transformers", "index").SentenceTransformer
         tame_transformers()  # the CLI's log file gets its messages and its "Loading weights" bar
         try:
             model = SentenceTransformer(str(path), device=device, local_files_only=True)

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from nlqo.config import default
 from nlqo.errors import ConfigError
 from nlqo.runtime.llm.base import LLM
+from nlqo.common.extras import need
 
 Loader = Callable[..., LLM]
 """``loader(spec, *, runtime, quantize, threads) -> LLM``."""
@@ -72,6 +73,7 @@ def _local(name: str, *, runtime: str, quantize: str, threads: int | None) -> LL
     """A local model on the runtime ``runtime`` asks for (:func:`nlqo.runtime.models.load_local`)."""
     from nlqo.runtime.models import load_local
 
+    need("transformers", "llm")
     return load_local(name, runtime=runtime, quantize=quantize, threads=threads)
 
 
