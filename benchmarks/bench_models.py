@@ -23,7 +23,7 @@ from nlqo.eval.datasets import QuestionSet
 from nlqo.eval.experiment import REPO, THREADS, Block, Experiment, Option, main, torch_threads
 from nlqo.eval.metrics import exact_match
 from nlqo.eval.workspace import open_index
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.runtime.llm.base import ChatMessage
 from nlqo.runtime.models import BUNDLED, get_bundled, load_transformers, resolve_model
 from nlqo.runtime.models.convert import read_marker

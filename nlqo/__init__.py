@@ -26,12 +26,12 @@ __all__ = ["Engine", "EngineConfig", "__version__"]
 
 if TYPE_CHECKING:
     from nlqo.config import EngineConfig
-    from nlqo.execution.engine import Engine
+    from nlqo.main.engine import Engine
 
 
 def __getattr__(name: str) -> Any:
     if name == "Engine":
-        from nlqo.execution.engine import Engine
+        from nlqo.main.engine import Engine
 
         return Engine
     if name == "EngineConfig":

@@ -1,7 +1,7 @@
 """One configuration value for the engine, and the one place every default lives: the CLI's
 options, the bench's ablation flags, the executors and the Python API all take theirs from the
 fields of :class:`EngineConfig`. Build an engine from it with :meth:`nlqo.Engine.from_config` (or
-the parts with :mod:`nlqo.execution.builder`); :mod:`nlqo.cli.options` turns the fields into command-line
+the parts with :mod:`nlqo.main.builder`); :mod:`nlqo.cli.options` turns the fields into command-line
 flags, so a new option is one field.
 
 >>> config = EngineConfig(cost_model="structural", params={"alpha": 5})

@@ -36,16 +36,16 @@ def reply(prompt: str) -> str:
 @contextlib.contextmanager
 def fake_models() -> Iterator[None]:
     """``nlqo`` loads ``NamedHashEmbedder`` for every embedder and a ``ScriptedLLM`` for every model."""
-    import nlqo.execution.builder
+    import nlqo.main.builder
     from nlqo.runtime.embed import SentenceEmbedder
 
-    saved = SentenceEmbedder.__dict__["load"], nlqo.execution.builder.load_llm
+    saved = SentenceEmbedder.__dict__["load"], nlqo.main.builder.load_llm
     SentenceEmbedder.load = classmethod(lambda cls, *a, **kw: NamedHashEmbedder())  # type: ignore[assignment,method-assign]
-    nlqo.execution.builder.load_llm = lambda *a, **kw: ScriptedLLM([], default=reply)
+    nlqo.main.builder.load_llm = lambda *a, **kw: ScriptedLLM([], default=reply)
     try:
         yield
     finally:
-        SentenceEmbedder.load, nlqo.execution.builder.load_llm = saved  # type: ignore[method-assign]
+        SentenceEmbedder.load, nlqo.main.builder.load_llm = saved  # type: ignore[method-assign]
 
 
 def stop(marker: Path) -> None:

@@ -33,14 +33,14 @@ class NamedHashEmbedder(HashEmbedder):
 @pytest.fixture
 def fake_models(monkeypatch):
     """Every embedder is the hashing one; loading a model is a test failure (errors come first)."""
-    import nlqo.execution.builder
+    import nlqo.main.builder
     from nlqo.runtime.embed import SentenceEmbedder
 
     def no_model(*args, **kwargs):
         raise AssertionError("a model was loaded")
 
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(lambda cls, *a, **kw: NamedHashEmbedder()))
-    monkeypatch.setattr(nlqo.execution.builder, "load_llm", no_model)
+    monkeypatch.setattr(nlqo.main.builder, "load_llm", no_model)
 
 
 def run(capsys, *argv) -> tuple[int, str]:
@@ -287,7 +287,7 @@ def test_a_model_folder_holding_something_else_is_refused_naming_the_file(capsys
 
 RUNNER = """
 import sys
-import nlqo.execution.builder
+import nlqo.main.builder
 from nlqo.runtime.embed import SentenceEmbedder
 from nlqo.testing import HashEmbedder
 class Named(HashEmbedder):

@@ -239,7 +239,7 @@ def test_planned_strategies_come_from_the_executor_module(monkeypatch):
         built.update(options, mode=mode, k=k, embedder=embedder)
         return NoRag(llm)
 
-    monkeypatch.setattr("nlqo.execution.by_name.build", build)
+    monkeypatch.setattr("nlqo.main.by_name.build", build)
     strategy = build_strategy("linear[tau=0.8,kv_reuse=off]", ScriptedLLM([]), FakeRetriever(), embedder="E", k=5)
     assert built == {"tau": 0.8, "kv_reuse": False, "mode": "linear", "k": 5, "embedder": "E"}
     assert strategy.name == "linear[tau=0.8,kv_reuse=off]"

@@ -22,6 +22,7 @@ from nlqo.eval.report import write_report
 from nlqo.eval.runner import Bench, interleave, refresh
 from nlqo.runtime.llm.scripted import ScriptedLLM
 from nlqo.common.passages import Hit, Passage
+from nlqo.execution.operators.tree import executor as tree_executor
 from nlqo.eval.strategy import build_strategy
 
 GOLD = {"0": "Rush", "1": "Spurs", "2": "1974", "3": "Murcia", "4": "Cymbeline"}
@@ -338,14 +339,22 @@ def test_engine_options_reach_the_engine_of_a_variant():
     assert [(s.name, s.inner.engine.config.ir_cleanup, s.inner.engine.config.plan_hints) for s in built] == [
         (specs[0], False, False), (specs[1], True, False)]  # fmt: skip
     plain = build_strategy("tree", llm, retriever, embedder=HashEmbedder()).engine
-    assert (plain.config.ir_cleanup, plain.tree.guard_rewrites, plain.tree.queries, plain.config.simple_plans) == (
+    assert (
+        plain.config.ir_cleanup,
+        tree_executor(plain).guard_rewrites,
+        tree_executor(plain).queries,
+        plain.config.simple_plans,
+    ) == (
         False,
         True,
         "substitute",
         "retrieve",
     )  # the benchmark runs' defaults
     unguarded = build_strategy("tree[guard_rewrites=off,tree_queries=rewrite]", llm, retriever, embedder=HashEmbedder())
-    assert (unguarded.inner.engine.tree.guard_rewrites, unguarded.inner.engine.tree.queries) == (False, "rewrite")
+    assert (tree_executor(unguarded.inner.engine).guard_rewrites, tree_executor(unguarded.inner.engine).queries) == (
+        False,
+        "rewrite",
+    )
 
 
 def test_cli_help_and_missing_arguments(capsys):

@@ -11,7 +11,7 @@ from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
 from nlqo.execution.choice import CHOICE_NODE, HELD, named_options
 from nlqo.parser.questions import offered_options
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.runtime.llm import ScriptedLLM
 
 QUESTION = "Which film came out first, Jaws or Alien?"

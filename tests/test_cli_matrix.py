@@ -247,7 +247,7 @@ def test_a_question_that_does_not_parse_runs_without_a_plan(files, monkeypatch, 
     def fails(question, llm, **_):
         raise ParseFailure("no valid IR after 3 attempts", attempts=(), errors=())
 
-    monkeypatch.setattr("nlqo.execution.engine.parse_question", fails)
+    monkeypatch.setattr("nlqo.main.engine.parse_question", fails)
     assert main(["ask", MULTI_HOP, *map(str, engine_args(files, "--json", "--policy", "structural"))]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["stats"]["stop_reason"].startswith("parse_failed") and data["plan"] is None
@@ -255,7 +255,7 @@ def test_a_question_that_does_not_parse_runs_without_a_plan(files, monkeypatch, 
 
 @full
 def test_an_empty_answer_is_asked_again(files, monkeypatch, capsys):
-    import nlqo.execution.builder as builder
+    import nlqo.main.builder as builder
 
     real = builder.load_model
 

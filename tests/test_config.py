@@ -38,7 +38,7 @@ def cost_files(tmp_path):
 @pytest.fixture
 def fake_parts(monkeypatch):
     """The builder's loading seams: a scripted LLM and the keyword retriever instead of a model and an index."""
-    import nlqo.execution.builder as builder
+    import nlqo.main.builder as builder
 
     monkeypatch.setattr(builder, "load_llm", lambda name, **options: scripted())
     monkeypatch.setattr(

@@ -90,9 +90,10 @@ def test_ask_linear_json_on_the_real_model(index, capsys):
 
 def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engine):
     from nlqo.execution.linear import LinearExecutor
+    from nlqo.execution.operators.template import executor
 
-    with_reuse = engine.linear.run(QUESTION)
-    without = LinearExecutor(engine.llm, engine.linear.retriever, engine.embedder, k=2, max_hops=3, kv_reuse=False).run(
+    with_reuse = executor(engine).run(QUESTION)
+    without = LinearExecutor(engine.llm, engine.retriever, engine.embedder, k=2, max_hops=3, kv_reuse=False).run(
         QUESTION
     )
     assert with_reuse.answer == without.answer
@@ -102,11 +103,12 @@ def test_kv_reuse_serves_prompt_tokens_from_cache_and_changes_nothing_else(engin
 
 
 def test_tree_on_the_real_model(engine):
+    from nlqo.execution.operators.tree import executor as tree_executor
     from nlqo.ir.syntax import parse
 
     query = parse(f'question "{QUESTION}"\nq1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city')
     plan = engine.optimizer.optimize(query)
-    result = engine.tree.run(plan)
+    result = tree_executor(engine).run(plan)
     nodes = [s.node for s in result.trace if s.kind == "retrieve"]
     assert nodes.index("q1") < nodes.index("q2") < nodes.index("$root")
     # questions by substitution (the default): one answer call per node, a rewrite only where a
@@ -126,7 +128,7 @@ def test_an_answer_naming_no_option_is_asked_again_and_the_real_model_must_pick_
     from nlqo.execution.trace import RunResult, Step
 
     question = "Who was born first, Ada Lovelace or Charles Babbage?"
-    hits = engine.linear.retriever.search("Ada Lovelace Charles Babbage born", 2)
+    hits = engine.retriever.search("Ada Lovelace Charles Babbage born", 2)
     ran = RunResult(
         question=question,
         answer="London",

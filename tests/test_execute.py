@@ -14,19 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nlqo.config import EngineConfig
 from nlqo.optimizer.cost import load_cost_model
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.execution.linear import LinearExecutor
-from nlqo.planner.lower import (
-    _PROBE_TEXT,
-    BackendProfile,
-    Estimate,
-    estimate_iterate,
-    estimate_linear,
-    estimate_retrieve,
-    estimate_tree,
-    lower,
-    shape,
-)
+from nlqo.execution.operators.iterate import estimate_rounds
+from nlqo.execution.operators.template import estimate_linear
+from nlqo.execution.operators.template import executor as template_executor
+from nlqo.execution.operators.tree import estimate_tree
+from nlqo.execution.physical import BackendProfile, Estimate
+from nlqo.planner.lower import _PROBE_TEXT, lower, shape
 from nlqo.execution.terminator import Terminator, hops_at, max_similarity
 from nlqo.execution.tree import TreeExecutor
 from nlqo.runtime.llm import ScriptedLLM
@@ -292,16 +287,15 @@ def test_question_first_demonstrations_read_the_question_contexts_before_any_pro
     engine = Engine.from_config(
         config, llm=ScriptedLLM([("", "x")]), retriever=KeywordRetriever(PASSAGES), embedder=HashEmbedder()
     )
-    assert engine.linear.template is LINEAR_QUESTION_FIRST
-    assert (
-        Engine.from_config(
-            config.with_options(question_first=False),
-            llm=ScriptedLLM([("", "x")]),
-            retriever=KeywordRetriever(PASSAGES),
-            embedder=HashEmbedder(),
-        ).linear.template
-        is LINEAR
+    assert template_executor(engine).template is LINEAR_QUESTION_FIRST
+    other = Engine.from_config(
+        config.with_options(question_first=False),
+        llm=ScriptedLLM([("", "x")]),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
     )
+    assert template_executor(other).template is LINEAR
+    assert template_executor(other) is template_executor(other)  # made once: it keeps the scaffold's KV state
 
 
 def test_plan_steps_are_appended_as_the_hops_questions_and_retrieved_with_the_last_fact():
@@ -437,10 +431,10 @@ def test_the_estimates_count_the_calls_tokens_and_milliseconds_of_each_operator(
         2 * (2 * node_ms / 1.6) + node_ms
     )
     # one retrieval and one short answer; iterate repeats it
-    assert estimate_retrieve(COSTS, 3) == Estimate(
+    assert estimate_rounds(COSTS, 3, 1) == Estimate(
         ms=1147.0, llm_calls=1, generated_tokens=8, computed_prompt_tokens=450
     )
-    assert estimate_iterate(COSTS, 3, 3) == Estimate(
+    assert estimate_rounds(COSTS, 3, 3) == Estimate(
         ms=3441.0, llm_calls=3, generated_tokens=24, computed_prompt_tokens=1350
     )
 

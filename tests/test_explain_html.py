@@ -24,7 +24,7 @@ from nlqo.explain import html, render
 from nlqo.cli import common, main
 from nlqo.optimizer.cost import CostContext, load_cost_model
 from nlqo.config import EngineConfig
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.index import build_index, open_retriever
 from nlqo.runtime.llm import ScriptedLLM
 from nlqo.optimizer.optimizer import Optimizer
@@ -74,14 +74,14 @@ def test_embedded_json_is_inert_and_parses_back(data):
 
 
 def test_the_page_is_self_contained_and_carries_one_copy_of_the_data():
-    html = html.render([html.entry({"question": SCRIPT, "nodes": [], "root": "$root"})])
-    assert html.count("<script") == 2 and "</script><" not in html.split("nlqo-plans")[1][:200]
-    assert page_data(html)[0]["explain"]["question"] == SCRIPT
+    page = html.render([html.entry({"question": SCRIPT, "nodes": [], "root": "$root"})])
+    assert page.count("<script") == 2 and "</script><" not in page.split("nlqo-plans")[1][:200]
+    assert page_data(page)[0]["explain"]["question"] == SCRIPT
     template = html.TEMPLATE.read_text()
     assert not re.search(
         r"https?:|//[a-z]|\bsrc=|\bhref=|@import|url\(|innerHTML|outerHTML|insertAdjacentHTML|document\.write", template
     )
-    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    csp = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', page).group(1)
     assert "default-src 'none'" in csp and "'unsafe-inline'" not in csp and csp.count("'sha256-") == 2
     with pytest.raises(ValueError):
         html.render([])

@@ -6,7 +6,7 @@ import json
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.execution.fallback import NO_ANSWER, span_constraint, spans
 from nlqo.execution.trace import Trace
 from nlqo.runtime.llm import ScriptedLLM

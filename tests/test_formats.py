@@ -19,7 +19,7 @@ from fakes import HashEmbedder
 from nlqo.explain import formats
 from nlqo.cli import common, main
 from nlqo.config import EngineConfig
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.index import build_index, open_retriever
 from nlqo.kinds import OutputFormat
 from nlqo.runtime.llm import ScriptedLLM

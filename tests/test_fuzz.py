@@ -176,11 +176,11 @@ def scripted() -> ScriptedLLM:
 @pytest.fixture
 def fake_models(monkeypatch):
     """Every embedder nlqo loads is the hashing one, every model the scripted LLM."""
-    import nlqo.execution.builder
+    import nlqo.main.builder
     from nlqo.runtime.embed import SentenceEmbedder
 
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(lambda cls, *a, **kw: NamedHashEmbedder()))
-    monkeypatch.setattr(nlqo.execution.builder, "load_llm", lambda *a, **kw: scripted())
+    monkeypatch.setattr(nlqo.main.builder, "load_llm", lambda *a, **kw: scripted())
 
 
 def no_model(*args, **kwargs):
@@ -388,10 +388,10 @@ QUESTION_ERRORS = {
 def test_a_question_that_cannot_be_asked_is_refused_before_any_model_loads(
     monkeypatch, capsys, tmp_path, command, question, message
 ):
-    import nlqo.execution.builder
+    import nlqo.main.builder
     from nlqo.runtime.embed import SentenceEmbedder
 
-    monkeypatch.setattr(nlqo.execution.builder, "load_llm", no_model)
+    monkeypatch.setattr(nlqo.main.builder, "load_llm", no_model)
     monkeypatch.setattr(SentenceEmbedder, "load", classmethod(no_model))
     index = () if command == "parse" else ("--index", tmp_path / "no-index")
     code, out, err = run(capsys, command, question, *index)

@@ -149,7 +149,7 @@ def test_the_stages_keep_their_layers():
     ("module", "upward"),
     [
         ("optimizer/dp.py", "    from nlqo.cli import main\n"),  # inside a function: it still ties the layers
-        ("execution/engine.py", "from nlqo.eval import baselines\n"),
+        ("main/engine.py", "from nlqo.eval import baselines\n"),
         ("runtime/llm/base.py", "if TYPE_CHECKING:\n    from nlqo.execution.trace import Trace\n"),
     ],
 )

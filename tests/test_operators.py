@@ -11,7 +11,7 @@ from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError
 from nlqo.explain import analyze
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.runtime.llm import ScriptedLLM
 from nlqo.execution.operators import OPERATORS
 from nlqo.planner.statistics.intervals import wilson
@@ -116,7 +116,7 @@ def test_a_time_budget_leaves_out_slow_operators():
 
 
 def test_statistics_of_another_model_are_refused_naming_the_difference(tmp_path):
-    from nlqo.execution.builder import load_statistics
+    from nlqo.main.builder import load_statistics
 
     path = save(
         Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators={}), tmp_path / "statistics.json"

@@ -175,7 +175,7 @@ def test_unanchored_atoms_are_exactly_those_with_no_path_to_a_constant(pairs):
 
 def test_explain_shows_the_warning_of_a_loose_atom():
     from nlqo.config import EngineConfig
-    from nlqo.execution.engine import Engine
+    from nlqo.main.engine import Engine
     from nlqo.explain.render import text as explain
     from nlqo.testing import PASSAGES, HashEmbedder, KeywordRetriever
 

@@ -17,7 +17,7 @@ from fakes import PASSAGES, HashEmbedder, KeywordRetriever  # noqa: E402
 from nlqo.cli.serve import bind  # noqa: E402
 from nlqo.config import EngineConfig  # noqa: E402
 from nlqo.errors import IndexFileError  # noqa: E402
-from nlqo.execution.engine import Engine  # noqa: E402
+from nlqo.main.engine import Engine  # noqa: E402
 from nlqo.runtime.llm import ScriptedLLM  # noqa: E402
 from nlqo.serve.app import create_app  # noqa: E402
 from nlqo.serve.service import Service, Ticket  # noqa: E402

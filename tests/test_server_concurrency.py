@@ -30,7 +30,7 @@ from nlqo.planner.lower import (
 from nlqo.runtime.llm.base import Capabilities, capabilities
 from nlqo.runtime.llm.cache import CachedLLM
 from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
-from nlqo.optimizer import Optimizer
+from nlqo.optimizer.optimizer import Optimizer
 from nlqo.ir.syntax import parse
 
 BRANCHING = parse(

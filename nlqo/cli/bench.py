@@ -276,7 +276,7 @@ def _bench_here(
     """The run in this process (``--jobs`` threads)."""
     import attrs
 
-    from nlqo.execution.builder import load_model
+    from nlqo.main.builder import load_model
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.runner import Bench
     from nlqo.runtime.llm.backends import runtime_of

@@ -22,7 +22,7 @@ __all__ = [
     "parse_params",
 ]
 # load_llm lives in nlqo.runtime.llm.backends (backends are packages, entry points nlqo.backends); it is
-# re-exported here for callers of the old path. nlqo.execution.builder.load_model is its one caller.
+# re-exported here for callers of the old path. nlqo.main.builder.load_model is its one caller.
 
 
 PLANNING = ("params", "rules", "path", "budget", "beam", "max_atoms", "relations_cache")
@@ -66,7 +66,7 @@ def add_engine_options(parser: argparse.ArgumentParser, *, ir: bool = True) -> N
 
 def build_engine(args: argparse.Namespace):
     """The engine the command's options describe."""
-    from nlqo.execution.engine import Engine
+    from nlqo.main.engine import Engine
 
     return Engine.from_config(config_from_args(args), progress=not getattr(args, "quiet", False))
 

@@ -7,7 +7,7 @@ import contextlib
 import sys
 import warnings
 
-from nlqo.execution.builder import set_threads
+from nlqo.main.builder import set_threads
 from nlqo.cli.repairs import shown_repairs
 from nlqo.runtime.embed import DEFAULT_EMBEDDER
 from nlqo.index.chunking import Chunking

@@ -27,7 +27,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nlqo.execution.builder import load_model
+    from nlqo.main.builder import load_model
 
     config = common.config_from_args(args)
     check_question(args.question, max_chars=config.max_question_chars)  # before the model loads

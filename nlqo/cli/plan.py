@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from nlqo.explain import formats, render
-from nlqo.execution.builder import build_optimizer, load_model
+from nlqo.main.builder import build_optimizer, load_model
 from nlqo.cli import common
 from nlqo.optimizer.cost import CostContext
 

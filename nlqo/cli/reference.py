@@ -28,7 +28,7 @@ CONSTANTS: tuple[tuple[str, str], ...] = (
     ("nlqo.execution.operators.iterate", "ROUNDS"),
     ("nlqo.planner.statistics.store", "MIN_CLASS"),
     ("nlqo.planner.statistics.store", "VERSION"),
-    ("nlqo.planner.lower", "PASSAGE_TOKENS"),
+    ("nlqo.execution.physical", "PASSAGE_TOKENS"),
     ("nlqo.execution.choice", "MAX_PASSAGES"),
     ("nlqo.execution.fallback", "MAX_SPAN_WORDS"),
     ("nlqo.index.fusion", "HYBRID_DEPTH"),

@@ -93,7 +93,7 @@ class Loaded:
 
 def load(recipe: Recipe, host: str) -> Loaded:
     """Open the index, load the model (and judge) and build the strategies, as ``nlqo bench`` does."""
-    from nlqo.execution.builder import load_model
+    from nlqo.main.builder import load_model
     from nlqo.eval.strategy import build_strategies
     from nlqo.eval.judge import LLMJudge
     from nlqo.eval.workspace import index_digest

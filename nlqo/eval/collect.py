@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any, Callable, Iterable, Mapping
 
 from nlqo.execution.operators.support import support
-from nlqo.planner.statistics.features import question_class
+from nlqo.parser.questions import question_class
 from nlqo.planner.statistics.intervals import wilson
 from nlqo.planner.statistics.store import ALL, OperatorStats, Statistics
 

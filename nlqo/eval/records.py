@@ -89,7 +89,7 @@ def _plan(result: RunResult | None) -> dict[str, Any] | None:
     """The plan a run executed, with per-node actuals (EXPLAIN ANALYZE JSON without the trace,
     which the record holds itself); None for a run without a plan."""
     from nlqo.explain import analyze
-    from nlqo.planner.lower import PhysicalPlan
+    from nlqo.execution.physical import PhysicalPlan
 
     if result is None or not isinstance(result.physical, PhysicalPlan):
         return None

@@ -2,7 +2,7 @@
 
 A name may carry options in brackets, ``linear[tau=0.8,kv_reuse=off]``; the built strategy then
 reports that full name. The engine's strategies (``auto`` and each operator) are built by
-:func:`nlqo.execution.by_name.build`, imported only when one is built.
+:func:`nlqo.main.by_name.build`, imported only when one is built.
 
 >>> parse_spec("linear[tau=0.8,kv_reuse=off]")
 ('linear', {'tau': 0.8, 'kv_reuse': False})
@@ -25,7 +25,7 @@ from nlqo.common.passages import Embedder, Retriever
 from nlqo.eval.baselines import BASELINES
 
 PLANNED: tuple[str, ...] = ENGINE_STRATEGIES
-"""The engine's strategies (``auto`` and each operator); built by ``nlqo.execution.by_name``."""
+"""The engine's strategies (``auto`` and each operator); built by ``nlqo.main.by_name``."""
 
 STRATEGIES: tuple[str, ...] = (*BASELINES, *PLANNED)
 """Every strategy name ``build_strategy`` knows, baselines first."""
@@ -145,7 +145,7 @@ def build_strategy(
         except (TypeError, ValueError) as exc:
             raise ConfigError(f"strategy {full!r}: {exc}") from exc
     elif base in PLANNED:
-        from nlqo.execution.by_name import build
+        from nlqo.main.by_name import build
 
         strategy = build(base, llm, retriever, embedder=embedder, k=k, config=config, **options)
     else:

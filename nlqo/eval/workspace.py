@@ -51,7 +51,7 @@ def open_index(
         }
     if corpus is None:
         raise ValueError("open_index needs a corpus or an index")
-    from nlqo.execution.builder import load_embedder
+    from nlqo.main.builder import load_embedder
     from nlqo.runtime.embed import DEFAULT_EMBEDDER, canonical_name
     from nlqo.index.build import build_index
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from nlqo.explain import render
-from nlqo.planner.lower import PhysicalPlan
+from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import RunResult, Step

@@ -28,7 +28,7 @@ from nlqo.optimizer.cost import CostContext, CostModel
 from nlqo.optimizer.optimizer import Optimizer
 from nlqo.errors import NlqoError
 from nlqo.explain import analyze
-from nlqo.planner.lower import PhysicalPlan
+from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.trace import RunResult
 from nlqo.kinds import OutputFormat
 from nlqo.optimizer.plan import Cost, Plan

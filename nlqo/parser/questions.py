@@ -17,6 +17,7 @@ import re
 import unicodedata
 
 from nlqo.errors import LimitError, QuestionError
+from nlqo.kinds import QuestionClass
 
 ALLOWED_CONTROLS = "\t\n\r"
 """Control characters a question may hold (a pasted question may span lines)."""
@@ -75,3 +76,17 @@ def offered_options(question: str) -> tuple[str, ...]:
         return ()
     options = tuple(part.strip().removesuffix("?").strip() for part in _OR.split(tail))
     return options if len(options) == 2 and all(options) and options[0] != options[1] else ()
+
+
+def options_of(question: str) -> tuple[str, ...]:
+    """The two options a choice question offers, else ``()``."""
+    options = offered_options(question)
+    return () if options == ("yes", "no") else options
+
+
+def question_class(question: str) -> QuestionClass:
+    """Yes/no, a choice between two offered options, or another question."""
+    options = offered_options(question)
+    if options == ("yes", "no"):
+        return QuestionClass.YES_NO
+    return QuestionClass.CHOICE if options else QuestionClass.OTHER

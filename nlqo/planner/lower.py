@@ -8,78 +8,15 @@ the backend serves requests in parallel, but recomputes every prompt.
 
 from __future__ import annotations
 
-import math
-from typing import Any, Mapping
 
 import attrs
 
 from nlqo.config import default
+from nlqo.execution.operators import OPERATORS
+from nlqo.execution.physical import BackendProfile, PhysicalPlan
 from nlqo.kinds import Operator
-from nlqo.runtime.llm.base import capabilities
 from nlqo.optimizer.plan import ROOT, Plan
-
-PASSAGE_TOKENS = 110
-"""Prompt tokens one retrieved passage adds (80 words, title, numbering)."""
-
-
-@attrs.frozen
-class BackendProfile:
-    """Per-token costs of a backend, measured or assumed, and how many requests it serves at once."""
-
-    prefill_ms_per_token: float = 4.0
-    decode_ms_per_token: float = 120.0
-    concurrency: int = 1
-    kv_reuse: bool = default("kv_reuse")
-    retrieve_ms: float = 15.0
-    source: str = "assumed"
-    batch_speedup: tuple[float, ...] = ()
-    """Measured throughput of n requests run at once relative to one request, for n = 1, 2, ...
-    (empty: not measured, and ``concurrency`` requests are assumed to run fully in parallel, as on a
-    server with that many slots)."""
-    concurrency_source: str = "assumed"
-    """Where ``concurrency`` comes from: 'assumed' (the backend's declared capabilities), 'server slots'
-    (what the server reports) or 'measured' (requests sent at once to a server that reports none)."""
-
-    def wave_ms(self, nodes: int, node_ms: float) -> float:
-        """Wall time of ``nodes`` independent requests of ``node_ms`` each.
-
-        >>> BackendProfile(concurrency=4).wave_ms(4, 100.0)
-        100.0
-        >>> BackendProfile(concurrency=4, batch_speedup=(1.0, 1.25)).wave_ms(2, 100.0)
-        160.0
-        """
-        at_once = max(1, min(nodes, self.concurrency))
-        rounds = math.ceil(nodes / at_once)
-        if not self.batch_speedup:
-            return rounds * node_ms
-        speedup = self.batch_speedup[min(at_once, len(self.batch_speedup)) - 1]
-        return rounds * node_ms * at_once / max(speedup, 1e-9)
-
-
-@attrs.frozen
-class Estimate:
-    ms: float
-    llm_calls: int
-    generated_tokens: int
-    computed_prompt_tokens: int
-
-
-@attrs.frozen
-class PhysicalPlan:
-    operator: Operator
-    logical: Plan
-    estimates: Mapping[str, Estimate]
-    reason: str
-    hints: tuple[str, ...] = ()
-    """Atom texts in execution order, offered to the linear template."""
-    waves: tuple[tuple[str, ...], ...] = ()
-    """Nodes by execution wave (tree)."""
-    parsed: bool = True
-    """False when the question was not parsed (the operator needs no plan, or parsing failed):
-    ``logical`` is then the question as one atom."""
-    choice: Any = None
-    """How ``auto`` chose the operator from statistics (:class:`nlqo.planner.statistics.policy.Choice`), or None."""
-
+from nlqo.runtime.llm.base import capabilities
 
 _PROBE_TEXT = (
     "The river Thames flows through London, the capital of England. Paris lies on the Seine, "
@@ -215,50 +152,6 @@ def shape(plan: Plan) -> str:
     return "chain" if all(len(k) <= 1 for k in plan.tree.children.values()) else "branching"
 
 
-def estimate_linear(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
-    hops = max(1, len(plan.tree.nodes) - 1)
-    per_hop_prompt = k * PASSAGE_TOKENS + 60
-    generated = hops * (15 + 25) + 15 + 8
-    computed = hops * per_hop_prompt + 40
-    if not profile.kv_reuse:  # every generation re-reads the whole text, prefix included
-        calls_context = sum(700 + h * per_hop_prompt for h in range(hops + 1))
-        computed = 2 * calls_context
-    ms = computed * profile.prefill_ms_per_token + generated * profile.decode_ms_per_token + hops * profile.retrieve_ms
-    return Estimate(ms=ms, llm_calls=2 * hops + 2, generated_tokens=generated, computed_prompt_tokens=computed)
-
-
-def estimate_tree(plan: Plan, profile: BackendProfile, k: int) -> Estimate:
-    node_prompt = 250 + (k * PASSAGE_TOKENS + 120)
-    node_generated = 15 + 8
-    node_ms = (
-        node_prompt * profile.prefill_ms_per_token + node_generated * profile.decode_ms_per_token + profile.retrieve_ms
-    )
-    ms = sum(profile.wave_ms(len(wave), node_ms) for wave in plan.tree.levels())
-    n = len(plan.tree.nodes)
-    return Estimate(
-        ms=ms, llm_calls=2 * n - 1, generated_tokens=n * node_generated, computed_prompt_tokens=n * node_prompt
-    )
-
-
-def estimate_retrieve(profile: BackendProfile, k: int) -> Estimate:
-    """One retrieval with the question and one short answer over its passages."""
-    computed = k * PASSAGE_TOKENS + 120
-    generated = 8
-    ms = computed * profile.prefill_ms_per_token + generated * profile.decode_ms_per_token + profile.retrieve_ms
-    return Estimate(ms=ms, llm_calls=1, generated_tokens=generated, computed_prompt_tokens=computed)
-
-
-def estimate_iterate(profile: BackendProfile, k: int, rounds: int) -> Estimate:
-    """``rounds`` retrievals, each followed by one short answer over its passages."""
-    one = estimate_retrieve(profile, k)
-    return Estimate(
-        ms=rounds * one.ms,
-        llm_calls=rounds,
-        generated_tokens=rounds * one.generated_tokens,
-        computed_prompt_tokens=rounds * one.computed_prompt_tokens,
-    )
-
-
 def lower(
     plan: Plan,
     profile: BackendProfile = BackendProfile(),
@@ -267,15 +160,13 @@ def lower(
     force: str | None = None,
     simple: str = default("simple_plans"),
 ) -> PhysicalPlan:
-    """Pick the cheapest operator (or ``force`` one) and say why. With ``simple="retrieve"`` a
-    single-atom plan may also be answered by one retrieval (:data:`Operator.RETRIEVE`)."""
-    estimates = {
-        Operator.LINEAR.value: estimate_linear(plan, profile, k),
-        Operator.TREE.value: estimate_tree(plan, profile, k),
-    }
+    """Pick the cheapest operator the structural lowering considers (each registered operator says
+    whether it is a candidate for this plan's shape; :meth:`~nlqo.execution.operators.base.PhysicalOperator.candidate`),
+    or ``force`` one, and say why."""
     kind = shape(plan)
-    if simple == Operator.RETRIEVE and kind == "single":
-        estimates[Operator.RETRIEVE.value] = estimate_retrieve(profile, k)
+    estimates = {
+        str(name): op.estimate(plan, profile, k) for name, op in OPERATORS.items() if op.candidate(kind, simple)
+    }
     if force in Operator.values():
         operator, reason = Operator(force), f"forced by --strategy {force}"
     else:

@@ -67,7 +67,7 @@ class Service:
     """``engine`` behind an admission gate; thread-safe."""
 
     engine: Any
-    """An :class:`~nlqo.execution.engine.Engine`."""
+    """An :class:`~nlqo.main.engine.Engine`."""
     capacity: int = 1
     queue_limit: int = 16
     timeout: float = 600.0

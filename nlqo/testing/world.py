@@ -143,7 +143,7 @@ def check_differential(world: World, question: str) -> str:
     """Run ``question`` in ``world`` under every search and cost model and both lowerings; every run
     must give the world's answer. Returns it."""
     from nlqo.config import EngineConfig
-    from nlqo.execution.engine import Engine
+    from nlqo.main.engine import Engine
 
     truth = world.questions[question][1]
     retriever = KeywordRetriever(world.passages)

@@ -1,16 +1,49 @@
-"""The one interface of a physical operator: estimate, run, explain."""
+"""The one interface of a physical operator (estimate, run, explain) and the narrow context it runs in."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar
 
 from nlqo.kinds import Operator
 
 if TYPE_CHECKING:
-    from nlqo.execution.engine import Engine
-    from nlqo.planner.lower import BackendProfile, Estimate, PhysicalPlan
+    from nlqo.common.passages import Embedder, Retriever
+    from nlqo.config import EngineConfig
+    from nlqo.execution.physical import BackendProfile, Estimate, PhysicalPlan
     from nlqo.execution.trace import RunResult, Trace
     from nlqo.optimizer.plan import Plan
+    from nlqo.runtime.llm.base import LLM
+
+T = TypeVar("T")
+
+PLANNED = "planned"
+"""The strategy that parses, plans and lowers by structural cost (what a cascade escalates to)."""
+
+
+class Context(Protocol):
+    """What an operator may use while it runs: the parts, the settings, and the stages before it (to
+    plan a question it escalates). The engine is one; an operator never sees more of it than this."""
+
+    llm: "LLM"
+    retriever: "Retriever"
+    embedder: "Embedder"
+    config: "EngineConfig"
+
+    @property
+    def k(self) -> int: ...
+
+    def plan(self, question: str, *, strategy: str | None = None, trace: "Trace | None" = None) -> Any:
+        """Parse, optimise and lower ``question`` for ``strategy`` (:data:`PLANNED`: by structural cost)."""
+        ...
+
+    def run_planned(self, question: str, planned: Any, strategy: str, trace: "Trace") -> "RunResult":
+        """Run what :meth:`plan` returned on its operator."""
+        ...
+
+    def state(self, owner: str, make: Callable[[], T]) -> T:
+        """What ``owner`` keeps across the questions of this context (an executor holding a prefilled
+        prefix, say): made by ``make`` on first use, the same object after."""
+        ...
 
 
 class PhysicalOperator(Protocol):
@@ -29,12 +62,17 @@ class PhysicalOperator(Protocol):
         """Whether it runs on a parsed logical plan (else the question is not parsed for it)."""
         ...
 
+    def candidate(self, shape: str, simple: str) -> bool:
+        """Whether the structural lowering weighs it for a plan of this shape ('single', 'chain',
+        'branching'; ``simple`` is the ``simple_plans`` setting); ``auto`` by statistics weighs every operator."""
+        ...
+
     def estimate(self, plan: "Plan", profile: "BackendProfile", k: int) -> "Estimate":
         """Structural cost before any statistics: from the plan's shape and per-token costs."""
         ...
 
     def run(
-        self, engine: "Engine", question: str, physical: "PhysicalPlan", trace: "Trace", strategy: str
+        self, context: Context, question: str, physical: "PhysicalPlan | None", trace: "Trace", strategy: str
     ) -> "RunResult":
         """Answer ``question``; every call goes into ``trace``."""
         ...

@@ -14,15 +14,12 @@ import time
 
 import attrs
 
-from nlqo.planner.lower import estimate_retrieve
 from nlqo.execution.trace import Step, StepKind
 from nlqo.kinds import Operator, StopReason, stop_reasons
-from nlqo.execution.operators.base import at_root
-from nlqo.execution.operators.iterate import ROUNDS, more_rounds, result
+from nlqo.execution.operators.base import PLANNED, at_root
+from nlqo.execution.operators.iterate import ROUNDS, estimate_rounds, more_rounds, result
 from nlqo.execution.operators.support import support
 
-PLANNED = "planned"
-"""The engine's strategy that parses, plans and lowers by structural cost (:data:`nlqo.execution.engine.PLANNED`)."""
 NODE = "cascade"
 """Trace label of the cascade's decisions."""
 
@@ -33,18 +30,21 @@ class Cascade:
     label: str = "Cascade (retrieve, then iterate, then the plan)"
     needs_plan: bool = False
 
-    def estimate(self, plan, profile, k):
-        return estimate_retrieve(profile, k)
+    def candidate(self, shape, simple):
+        return False
 
-    def run(self, engine, question, physical, trace, strategy):
+    def estimate(self, plan, profile, k):
+        return estimate_rounds(profile, k, 1)
+
+    def run(self, context, question, physical, trace, strategy):
         started = time.perf_counter()
-        first = more_rounds(engine, question, trace, rounds=1)
+        first = more_rounds(context, question, trace, rounds=1)
         verdict = support(first.answers[0], question, passage_texts(trace))
         if verdict.supported:
             decide(trace, f"retrieve's answer: {verdict.reason}; stop")
             return result(question, first, trace, strategy, started, StopReason.CASCADE_RETRIEVE)
         decide(trace, f"retrieve's answer: {verdict.reason}; iterate")
-        rounds = more_rounds(engine, question, trace, first, rounds=ROUNDS)
+        rounds = more_rounds(context, question, trace, first, rounds=ROUNDS)
         verdict = support(rounds.answers[-1], question, passage_texts(trace))
         agree = len(set(rounds.answers)) == 1
         if verdict.supported and agree:
@@ -52,8 +52,8 @@ class Cascade:
             return result(question, rounds, trace, strategy, started, StopReason.CASCADE_ITERATE)
         why = verdict.reason if not verdict.supported else "the rounds disagree"
         decide(trace, f"iterate's answer: {why}; plan")
-        planned = engine.plan(question, strategy=PLANNED, trace=trace)
-        done = engine.run_planned(question, planned, PLANNED, trace)
+        planned = context.plan(question, strategy=PLANNED, trace=trace)
+        done = context.run_planned(question, planned, PLANNED, trace)
         total_ms = (time.perf_counter() - started) * 1000
         return attrs.evolve(
             done,

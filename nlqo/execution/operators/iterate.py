@@ -10,7 +10,7 @@ import time
 import attrs
 
 from nlqo.execution.answers import short_answer
-from nlqo.planner.lower import estimate_iterate
+from nlqo.execution.physical import PASSAGE_TOKENS, BackendProfile, Estimate
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.kinds import Operator, StopReason
 from nlqo.execution.operators.base import at_root
@@ -30,13 +30,23 @@ class Rounds:
     hits: tuple = ()
 
 
-def more_rounds(engine, question: str, trace: Trace, done: Rounds = Rounds(), *, rounds: int = ROUNDS) -> Rounds:
+def estimate_rounds(profile: BackendProfile, k: int, rounds: int) -> Estimate:
+    """``rounds`` retrievals, each followed by one short answer over its passages."""
+    computed = k * PASSAGE_TOKENS + 120
+    generated = 8
+    ms = computed * profile.prefill_ms_per_token + generated * profile.decode_ms_per_token + profile.retrieve_ms
+    return Estimate(
+        ms=rounds * ms, llm_calls=rounds, generated_tokens=rounds * generated, computed_prompt_tokens=rounds * computed
+    )
+
+
+def more_rounds(context, question: str, trace: Trace, done: Rounds = Rounds(), *, rounds: int = ROUNDS) -> Rounds:
     """Run rounds ``len(done.answers) + 1`` to ``rounds``, continuing from ``done``."""
     answers, text, hits = list(done.answers), done.text, done.hits
     for r in range(len(answers) + 1, rounds + 1):
         query = question if r == 1 else f"{question} {text}"
-        hits = tuple(retrieve(engine.retriever, query, engine.k, trace, f"round-{r}"))
-        text = chat(engine.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
+        hits = tuple(retrieve(context.retriever, query, context.k, trace, f"round-{r}"))
+        text = chat(context.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
         answers.append(short_answer(text, question))
     return Rounds(tuple(answers), text, hits)
 
@@ -60,12 +70,15 @@ class Iterate:
     label: str = "Iterate (iter-retgen)"
     needs_plan: bool = False
 
-    def estimate(self, plan, profile, k):
-        return estimate_iterate(profile, k, ROUNDS)
+    def candidate(self, shape, simple):
+        return False
 
-    def run(self, engine, question, physical, trace, strategy):
+    def estimate(self, plan, profile, k):
+        return estimate_rounds(profile, k, ROUNDS)
+
+    def run(self, context, question, physical, trace, strategy):
         started = time.perf_counter()
-        done = more_rounds(engine, question, trace)
+        done = more_rounds(context, question, trace)
         reason = stop(trace, f"round-{ROUNDS}", StopReason.MAX_ROUNDS)
         return result(question, done, trace, strategy, started, reason)
 

@@ -9,9 +9,8 @@ import attrs
 
 from nlqo.execution.calls import stop
 from nlqo.execution.operators.base import at_root
-from nlqo.execution.operators.iterate import more_rounds, result
+from nlqo.execution.operators.iterate import estimate_rounds, more_rounds, result
 from nlqo.kinds import Operator, StopReason
-from nlqo.planner.lower import estimate_retrieve
 
 
 @attrs.frozen
@@ -20,8 +19,11 @@ class Retrieve:
     label: str = "Retrieve (standard RAG)"
     needs_plan: bool = False
 
+    def candidate(self, shape, simple):
+        return shape == "single" and simple == Operator.RETRIEVE
+
     def estimate(self, plan, profile, k):
-        return estimate_retrieve(profile, k)
+        return estimate_rounds(profile, k, 1)
 
     def run(self, context, question, physical, trace, strategy):
         started = time.perf_counter()

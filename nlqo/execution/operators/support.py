@@ -24,7 +24,7 @@ import attrs
 
 from nlqo.execution.answers import normalize_answer
 from nlqo.kinds import QuestionClass
-from nlqo.planner.statistics.features import question_class, options_of
+from nlqo.parser.questions import question_class, options_of
 
 _UNKNOWN = re.compile(
     r"^(unknown|none|n a|no answer|not (mentioned|specified|provided|given|stated|known|available))\b"

@@ -12,18 +12,19 @@ from nlqo.errors import ParseFailure
 from nlqo.execution.choice import held_to_options
 from nlqo.parser.questions import check_question
 from nlqo.execution.fallback import answer_or_fallback
-from nlqo.execution.linear import LinearExecutor
-from nlqo.planner.lower import BackendProfile, PhysicalPlan, lower
+from nlqo.execution.physical import BackendProfile, PhysicalPlan
+from nlqo.planner.lower import lower
 from nlqo.execution.trace import PARSE_FAILED, RunResult, Step, Trace
-from nlqo.execution.tree import TreeExecutor
 from nlqo.runtime.llm.base import LLM
 from nlqo.optimizer.optimizer import Optimizer
 from nlqo.parser.parse import parse_question
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.kinds import Operator, Policy, stop_reasons
 from nlqo.execution.operators import OPERATORS
+from nlqo.execution.operators.base import PLANNED
 from nlqo.execution.operators.retrieve import RETRIEVE
-from nlqo.planner.statistics.features import question_class
+from nlqo.execution.operators.template import TEMPLATE
+from nlqo.parser.questions import question_class
 from nlqo.planner.statistics.policy import Candidate, Choice, choose
 from nlqo.planner.statistics.store import Statistics, differences
 from nlqo.common.passages import Embedder, Retriever
@@ -31,8 +32,6 @@ from nlqo.optimizer.plan import Plan
 
 STRATEGIES = STRATEGY_NAMES
 """Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
-PLANNED = "planned"
-"""Internal strategy: parse, plan, and lower by structural cost (what a cascade escalates to)."""
 
 
 @attrs.frozen
@@ -66,8 +65,6 @@ class Engine:
     retriever: Retriever
     embedder: Embedder
     optimizer: Optimizer
-    linear: LinearExecutor
-    tree: TreeExecutor
     profile: BackendProfile = BackendProfile()
     config: EngineConfig = EngineConfig()
     statistics: Statistics | None = None
@@ -76,6 +73,8 @@ class Engine:
     """What this engine runs on (model, runtime, embedder, k, retrieval, index digest), as statistics record it."""
     owned: tuple = attrs.field(default=(), repr=False)
     """The parts :meth:`from_config` loaded itself (not those passed in); :meth:`close` frees them."""
+    states: dict = attrs.field(factory=dict, repr=False)
+    """What each operator keeps across questions (:meth:`state`)."""
     """What the engine was built from; ``k``, ``strategy``, ``ir_cleanup``, ``plan_hints``, how to
     parse (``repairs``, ``constrained``, ``parse_atoms``, ``anchored``, ``span_constants``, ``anchor_repairs``) and the limits are read from it."""
 
@@ -90,13 +89,12 @@ class Engine:
         profile: BackendProfile | None = None,
         progress: bool = False,
     ) -> "Engine":
-        """The engine ``config`` describes, its parts loaded by :mod:`nlqo.execution.builder`; parts passed in
+        """The engine ``config`` describes, its parts loaded by :mod:`nlqo.main.builder`; parts passed in
         are used instead of loading them; ``progress`` says each load on standard error."""
-        from nlqo.execution import builder
+        from nlqo.main import builder
         from nlqo.planner.lower import measure_profile
         from nlqo.runtime.llm.backends import runtime_of
         from nlqo.runtime.llm.base import capabilities
-        from nlqo.runtime.prompts.execution import LINEAR, LINEAR_QUESTION_FIRST
 
         def say(message: str) -> None:
             if progress:
@@ -130,25 +128,6 @@ class Engine:
             retriever=retriever,
             embedder=embedder,
             optimizer=optimizer,
-            linear=LinearExecutor(
-                llm,
-                retriever,
-                embedder,
-                k=config.k,
-                tau=config.tau,
-                max_hops=config.max_hops,
-                kv_reuse=config.kv_reuse,
-                template=LINEAR_QUESTION_FIRST if config.question_first else LINEAR,
-            ),
-            tree=TreeExecutor(
-                llm,
-                retriever,
-                k=config.k,
-                workers=config.workers,
-                parallel=config.parallel,
-                guard_rewrites=config.guard_rewrites,
-                queries=config.tree_queries,
-            ),
             profile=profile,
             config=config,
             statistics=statistics,
@@ -173,6 +152,13 @@ class Engine:
     @property
     def k(self) -> int:
         return self.config.k
+
+    def state(self, owner: str, make):
+        """What operator ``owner`` keeps across this engine's questions, made on first use
+        (:meth:`nlqo.execution.operators.base.Context.state`)."""
+        if owner not in self.states:
+            self.states[owner] = make()
+        return self.states[owner]
 
     def _check(self, question: str) -> None:
         """The same checks the CLI makes before a model loads (:func:`nlqo.parser.questions.check_question`)."""
@@ -347,7 +333,7 @@ class Engine:
             result = (
                 RETRIEVE.run(self, question, None, trace, strategy)
                 if simple
-                else self.linear.run(question, trace=trace, strategy=strategy)
+                else TEMPLATE.run(self, question, None, trace, strategy)
             )
             return attrs.evolve(
                 result, planning_ms=planned.planning_ms, stop_reason=stop_reasons(PARSE_FAILED, result.stop_reason)

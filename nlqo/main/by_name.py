@@ -17,7 +17,7 @@ from typing import Any
 import attrs
 
 from nlqo.config import EngineConfig, default
-from nlqo.execution.engine import Engine
+from nlqo.main.engine import Engine
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.runtime.llm.base import LLM
 from nlqo.common.passages import Embedder, Retriever
