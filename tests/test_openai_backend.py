@@ -4,6 +4,7 @@ loopback, and generation against a real llama-cpp-python server (``-m server``).
 from __future__ import annotations
 
 import json
+import math
 from typing import Iterator
 
 import pytest
@@ -77,7 +78,10 @@ def test_chat_request_and_response():
         "max_tokens": 7,
         "temperature": 0.0,
         "stop": ["."],
+        "logprobs": True,  # for the reply's confidence
+        "top_logprobs": 5,
     }
+    assert out.confidence is None  # the server returned no log-probabilities: no confidence, no error
     assert out.text == "Paris"  # stop strings are also applied locally
     assert out.finish_reason == "stop"
     assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens, out.usage.calls) == (
@@ -102,6 +106,7 @@ def test_complete_uses_completions_endpoint():
         "temperature": 0.0,
         "seed": 3,
         "top_k": 1,
+        "logprobs": 5,  # the completions endpoint's form
     }
     assert (out.text, out.finish_reason) == (" 4, 5", "length")
     assert (out.usage.prompt_tokens, out.usage.cached_prompt_tokens, out.usage.generated_tokens) == (5, 0, 2)
@@ -114,6 +119,87 @@ def test_complete_via_chat():
     assert path == "/v1/chat/completions"
     assert body["messages"] == [{"role": "user", "content": "Capital of France?"}]
     assert out.text == "Paris. And more"
+
+
+CHAT_LOGPROBS = {
+    "choices": [
+        {
+            "message": {"role": "assistant", "content": "Paris"},
+            "finish_reason": "stop",
+            "logprobs": {
+                "content": [
+                    {
+                        "token": "Par",
+                        "logprob": -0.1,
+                        "top_logprobs": [{"token": "Par", "logprob": -0.1}, {"token": "Lon", "logprob": -2.5}],
+                    },
+                    {
+                        "token": "is",
+                        "logprob": -0.5,
+                        "top_logprobs": [{"token": "is", "logprob": -0.5}, {"token": "ma", "logprob": -1.0}],
+                    },
+                ]
+            },
+        }
+    ],
+    "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+}
+
+
+def top_entropy(*logprobs: float) -> float:
+    """The entropy over reported alternatives, the rest of the probability one more outcome."""
+    p = [math.exp(x) for x in logprobs]
+    return -sum(x * math.log(x) for x in [*p, 1 - sum(p)])
+
+
+def test_a_chat_replys_logprobs_become_its_confidence():
+    with Stub([(200, {}, CHAT_LOGPROBS)]) as stub:
+        out = backend(stub.url, logprobs=2).chat([ChatMessage("user", "Capital of France?")])
+    body = stub.requests[0][2]
+    assert (body["logprobs"], body["top_logprobs"]) == (True, 2)
+    c = out.confidence
+    assert (c.tokens, c.basis) == (2, "top-2")
+    assert (c.mean_logprob, c.min_logprob, c.first_margin) == (pytest.approx(-0.3), -0.5, pytest.approx(2.4))
+    assert c.mean_entropy == pytest.approx((top_entropy(-0.1, -2.5) + top_entropy(-0.5, -1.0)) / 2)
+    assert c.max_entropy == pytest.approx(top_entropy(-0.5, -1.0))
+    assert c.with_answer(out.text, "Paris").answer.tokens == 2
+
+
+def test_a_completions_replys_logprobs_become_its_confidence():
+    reply = {
+        "choices": [
+            {
+                "text": " 4",
+                "finish_reason": "stop",
+                "logprobs": {"tokens": [" 4"], "token_logprobs": [-0.2], "top_logprobs": [{" 4": -0.2, " 5": -1.9}]},
+            }
+        ]
+    }
+    with Stub([(200, {}, reply)]) as stub:
+        out = backend(stub.url).complete("1, 2, 3,")
+    assert stub.requests[0][2]["logprobs"] == 5
+    c = out.confidence
+    assert (c.tokens, c.mean_logprob, c.first_margin, c.basis) == (1, -0.2, pytest.approx(1.7), "top-5")
+    assert c.mean_entropy == pytest.approx(top_entropy(-0.2, -1.9))
+
+
+def test_a_server_refusing_logprobs_is_asked_again_without_them_and_not_again():
+    refusal = (400, {}, {"error": {"message": "logprobs are not supported by this model"}})
+    with Stub([refusal, (200, {}, CHAT_OK)]) as stub:
+        llm = backend(stub.url)
+        first = llm.chat([ChatMessage("user", "Capital of France?")])
+        second = llm.chat([ChatMessage("user", "Capital of France?")])
+    assert len(stub.requests) == 3 and "logprobs" in stub.requests[0][2]
+    assert all("logprobs" not in body and "top_logprobs" not in body for _, _, body in stub.requests[1:])
+    assert first.text == second.text == "Paris. And more" and first.confidence is None
+
+
+def test_logprobs_none_asks_for_none_and_a_400_for_another_reason_still_fails():
+    with Stub([(200, {}, CHAT_LOGPROBS)]) as stub:
+        out = backend(stub.url, logprobs=None).chat([ChatMessage("user", "?")])
+    assert "logprobs" not in stub.requests[0][2] and out.confidence is None
+    with Stub([(400, {}, "prompt too long")]) as stub, pytest.raises(LLMError, match="prompt too long"):
+        backend(stub.url).chat([ChatMessage("user", "?")])
 
 
 def test_only_four_stops_are_sent_but_all_apply():
@@ -232,6 +318,16 @@ def test_real_complete(real: OpenAICompatLLM):
     assert out.text.strip()
     assert out.usage.prompt_tokens > 5
     assert 0 < out.usage.generated_tokens <= 8
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("method", ["complete", "chat"])
+def test_real_replies_carry_the_servers_logprobs_as_confidence(real: OpenAICompatLLM, method: str):
+    out = real.chat(QUESTION, max_tokens=8) if method == "chat" else real.complete("One, two,", max_tokens=4)
+    c = out.confidence
+    assert c is not None and c.basis == "top-5" and 1 <= c.tokens <= out.usage.generated_tokens + 1
+    assert math.isfinite(c.mean_logprob) and c.min_logprob <= c.mean_logprob <= 0.0
+    assert 0.0 <= c.mean_entropy <= c.max_entropy <= math.log(7) + 1e-9  # five alternatives, the choice, the rest
 
 
 @pytest.mark.server

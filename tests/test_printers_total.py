@@ -18,6 +18,7 @@ from nlqo.explain import analyze
 from nlqo.planner.lower import lower
 from nlqo.execution.trace import PassageRef, RunResult, Step
 from nlqo.kinds import Operator, StepKind
+from nlqo.runtime.llm.confidence import Confidence
 from nlqo.testing.strategies import chain, plan, star
 
 NODES = (
@@ -40,6 +41,18 @@ texts = st.one_of(st.just(""), st.text(max_size=30))
 passages = st.builds(
     PassageRef, id=st.text(max_size=6), title=texts, score=st.floats(allow_nan=False, allow_infinity=False), text=texts
 )
+figures = st.floats(allow_nan=True, allow_infinity=True)
+confidences = st.builds(
+    Confidence,
+    tokens=st.integers(0, 100),
+    mean_logprob=figures,
+    min_logprob=figures,
+    mean_entropy=figures,
+    max_entropy=figures,
+    first_margin=figures,  # NaN: a server reported no runner-up
+    basis=st.sampled_from(("logits", "top-5")),
+    answer=st.one_of(st.none(), st.builds(Confidence, st.integers(0, 9), figures, figures, figures, figures, figures)),
+)
 steps = st.builds(
     Step,
     node=st.sampled_from(NODES),
@@ -55,6 +68,7 @@ steps = st.builds(
     forced_tokens=st.integers(0, 100),
     note=texts,
     calls=st.integers(0, 5),
+    confidence=st.one_of(st.none(), confidences),
 )
 PLANS = (plan(chain(1)), plan(chain(3)), plan(star(3)))
 

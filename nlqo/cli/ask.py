@@ -23,7 +23,9 @@ def register(subparsers) -> None:
     p.add_argument("question", help="the question, in quotes")
     common.add_engine_options(p)
     p.add_argument(
-        "--json", action="store_true", help="print one JSON object: answer, supporting passages, stats and trace"
+        "--json",
+        action="store_true",
+        help="print one JSON object: answer, the model's confidence in it, supporting passages, stats and trace",
     )
     p.set_defaults(func=run)
 

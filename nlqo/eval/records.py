@@ -1,7 +1,9 @@
 """Per-question records: one JSON object a line in ``records.jsonl``, appended as a run goes.
 
-A record holds the prediction, its scores, its cost, its plan with per-node actuals (planned
-strategies) and its whole trace (without prompts and passage texts). Reading drops a torn
+A record holds the prediction, its scores, the model's confidence in it (``confidence``: that of
+the generation the answer came from, its ``answer`` part over the answer's own tokens; null when
+the backend reads none), its cost, its plan with per-node actuals (planned strategies) and its
+whole trace (without prompts and passage texts; each LLM step with its reply's confidence). Reading drops a torn
 last line (a run killed mid-write) and cuts it off the file, so appending can resume; a bad
 line elsewhere is an error naming its line.
 """
@@ -18,7 +20,7 @@ from nlqo.errors import ConfigError, RepairWarning
 from nlqo.eval.datasets import Question
 from nlqo.eval.leaks import demo_leak, passage_texts
 from nlqo.eval.metrics import evidence_recall, score
-from nlqo.execution.trace import RunResult
+from nlqo.execution.trace import RunResult, confidence_dict
 from nlqo.kinds import Operator, StopReason
 from nlqo.common.storage import writing
 
@@ -58,6 +60,7 @@ def make_record(
         "answer": answer,
         "answers": list(question.answers),
         "demo_leak": demo_leak(answer, passage_texts(result)) if result is not None else None,
+        "confidence": confidence_dict(result.confidence) if result is not None else None,
         "em": scores.em,
         "f1": scores.f1,
         "acc": scores.acc,

@@ -22,7 +22,9 @@ def chat(llm: LLM, prompt: Prompt, trace: Trace, node: str, **inputs: str) -> st
     """Send a chat prompt; record the call; return the generated text."""
     messages, started = prompt.messages(**inputs), trace.now_ms()
     completion = chat_reusing_prefix(llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(node, completion.usage, completion.text, started, prompt=messages))
+    trace.record(
+        Step.llm(node, completion.usage, completion.text, started, prompt=messages, confidence=completion.confidence)
+    )
     return completion.text
 
 
@@ -30,7 +32,9 @@ def complete(llm: LLM, prompt: TextPrompt, trace: Trace, node: str, *, stop: Seq
     """Continue a raw text prompt (its stop strings plus ``stop``); record the call."""
     text, started = prompt.text(**inputs), trace.now_ms()
     completion = complete_reusing_prefix(llm, text, stop=(*prompt.stop, *stop), max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(node, completion.usage, completion.text, started, prompt=text))
+    trace.record(
+        Step.llm(node, completion.usage, completion.text, started, prompt=text, confidence=completion.confidence)
+    )
     return completion.text
 
 

@@ -65,7 +65,7 @@ def ask_again(
     messages = prompt.messages(passages=execution.LINEAR.render_passages(passages), known="", question=question)
     at = trace.now_ms()
     out = constrained_chat(llm, messages, constraint, stop=prompt.stop, max_tokens=prompt.max_tokens)
-    trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, note=note))
+    trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, note=note, confidence=out.confidence))
     return short_answer(out.text, question)
 
 

@@ -182,5 +182,5 @@ class LinearExecutor:
             # context that later hops see. The kept tokens are recomputed with the next segment.
             tokens.truncate(keep)
             tokens.append(out.text)
-        trace.record(Step.llm(node, out.usage, out.text, at, prompt=prompt))
+        trace.record(Step.llm(node, out.usage, out.text, at, prompt=prompt, confidence=out.confidence))
         return visible(out.text)

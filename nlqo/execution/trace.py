@@ -8,8 +8,10 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from nlqo.execution.answers import normalize_answer, short_answer
 from nlqo.kinds import StepKind, StopReason
 from nlqo.runtime.llm.base import ChatMessage, Usage
+from nlqo.runtime.llm.confidence import Confidence
 from nlqo.common.passages import Hit
 
 
@@ -71,6 +73,9 @@ class Step:
     calls: int = 1
     """LLM calls the step stands for (llm steps): more than one for a parse with repairs, and the
     optimizer's relation and merge-check calls, which are one ``relations`` step."""
+    confidence: Confidence | None = None
+    """How sure the model was of the step's reply (llm steps whose backend reads it; not the parse
+    and relations steps, which stand for several calls): :mod:`nlqo.runtime.llm.confidence`."""
 
     @classmethod
     def llm(
@@ -81,6 +86,7 @@ class Step:
         started_ms: float = 0.0,
         prompt: str | Sequence[ChatMessage] = "",
         note: str = "",
+        confidence: Confidence | None = None,
     ) -> "Step":
         return cls(
             node=node,
@@ -95,6 +101,7 @@ class Step:
             forced_tokens=usage.forced_tokens,
             note=note,
             calls=max(usage.calls, 1),
+            confidence=confidence,
         )
 
     @classmethod
@@ -107,7 +114,9 @@ class Step:
         d = attrs.asdict(self, recurse=False, filter=lambda a, _: texts or a.name != "prompt")
         d["passages"] = [attrs.asdict(p, filter=lambda a, _: texts or a.name != "text") for p in self.passages]
         if self.kind != StepKind.LLM:
-            del d["calls"]
+            del d["calls"], d["confidence"]
+        elif self.confidence is not None:
+            d["confidence"] = self.confidence.to_dict()
         return d
 
 
@@ -198,6 +207,22 @@ class RunResult:
         """Every passage the run's retrieval steps found, in order, repeats included (with texts)."""
         return [p for s in self.trace if s.kind == StepKind.RETRIEVE for p in s.passages]
 
+    @property
+    def confidence(self) -> Confidence | None:
+        """How sure the model was of the answer: the confidence of the generation the answer came
+        from (:func:`answer_step`), with :attr:`~nlqo.runtime.llm.confidence.Confidence.answer` set
+        to the answer's own tokens; None when no generation with a confidence gave it.
+
+        >>> from nlqo.runtime.llm.scripted import word_confidence
+        >>> step = Step(node="$root", kind="llm", text="Rush.", confidence=word_confidence("Rush."))
+        >>> RunResult("Which band?", "Rush", "tree", trace=(step,)).confidence.answer.tokens
+        1
+        """
+        step = answer_step(self)
+        if step is None or step.confidence is None:
+            return None
+        return step.confidence.with_answer(step.text, self.answer)
+
     def stats(self) -> dict[str, Any]:
         llm = self.llm_steps
         return {
@@ -223,6 +248,7 @@ class RunResult:
             "question": self.question,
             "answer": self.answer,
             "no_answer": not self.answer.strip(),
+            "confidence": confidence_dict(self.confidence),
             "strategy": self.strategy,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
@@ -231,3 +257,36 @@ class RunResult:
             "left_out": [{"id": x.id, "atom": x.text, "reason": x.reason} for x in getattr(self.plan, "left_out", ())],
             "trace": [s.to_dict(texts=texts) for s in self.trace],
         }
+
+
+NOT_ANSWERS = frozenset({"parse", "relations"})
+"""Nodes of LLM steps that write no answer: the IR and the optimizer's pair relations."""
+
+
+def answer_step(result: RunResult) -> Step | None:
+    """The LLM step the answer came from: the last one whose reply's short answer is the answer
+    (:func:`~nlqo.execution.answers.short_answer`, compared normalised), else the last answering
+    step when its reply holds the answer (a strategy that reads its answer after a marker, or an
+    answer taken from a reply's words); None for no answer, or one no generation gave.
+
+    >>> steps = (Step(node="q1", kind="llm", text="Neil Peart"), Step(node="$root", kind="llm", text="The band: Rush"))
+    >>> answer_step(RunResult("?", "Neil Peart", "tree", trace=steps)).node, answer_step(RunResult("?", "rush", "tree", trace=steps)).node
+    ('q1', '$root')
+    >>> answer_step(RunResult("?", "Yes", "tree", trace=steps)) is None, answer_step(RunResult("?", "ban", "tree", trace=steps)) is None
+    (True, True)
+    """
+    answer = normalize_answer(result.answer)
+    if not answer:
+        return None
+    answering = [s for s in result.trace if s.kind == StepKind.LLM and s.node not in NOT_ANSWERS]
+    for step in reversed(answering):
+        if normalize_answer(short_answer(step.text, result.question)) == answer:
+            return step
+    if answering and f" {answer} " in f" {normalize_answer(answering[-1].text)} ":
+        return answering[-1]
+    return None
+
+
+def confidence_dict(confidence: Confidence | None) -> dict[str, Any] | None:
+    """A confidence as JSON, or None."""
+    return None if confidence is None else confidence.to_dict()

@@ -184,7 +184,7 @@ class TreeExecutor:
         )
         at = trace.now_ms()
         out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
-        trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
+        trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, confidence=out.confidence))
         refs = tuple(PassageRef.from_hit(h) for h in hits)
         return NodeResult(node=node, question=question, answer=short_answer(out.text, question), passages=refs)
 
@@ -198,7 +198,7 @@ class TreeExecutor:
         messages = prompt.messages(question=main, known=known_lines or "(none)", atom=atom)
         at = trace.now_ms()
         out = chat_reusing_prefix(self.llm, messages, stop=prompt.stop, max_tokens=prompt.max_tokens)
-        trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages))
+        trace.record(Step.llm(node, out.usage, out.text, at, prompt=messages, confidence=out.confidence))
         question = visible(out.text).strip() or atom
         if self.guard_rewrites and _words(question) == _words(main):
             return atom, " ".join([atom, *(c.answer for c in children)])

@@ -9,9 +9,10 @@ from nlqo.explain import render
 from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
-from nlqo.execution.trace import RunResult, Step
+from nlqo.execution.trace import NOT_ANSWERS, RunResult, Step, confidence_dict
 from nlqo.kinds import Operator
 from nlqo.optimizer.plan import ROOT
+from nlqo.runtime.llm.confidence import Confidence
 
 
 def _by_node(result: RunResult, physical: PhysicalPlan) -> dict[str, list[int]]:
@@ -58,7 +59,33 @@ def node_actuals(steps: list[Step]) -> dict[str, Any]:
         "computed_prompt_tokens": sum(s.prompt_tokens - s.cached_prompt_tokens for s in llm),
         "passages": [{"id": p.id, "title": p.title, "score": p.score} for p in passages],
         "terminator_score": max(scores) if scores else None,
+        "confidence": confidence_dict(node_confidence(steps)),
     }
+
+
+def node_confidence(steps: list[Step]) -> Confidence | None:
+    """The confidence of a node's last generation that has one (its answer: a tree node's answer,
+    a hop's fact, the final answer), the parse and relation steps left out."""
+    for s in reversed(steps):
+        if s.kind == "llm" and s.confidence is not None and s.node not in NOT_ANSWERS:
+            return s.confidence
+    return None
+
+
+def confidence_text(c: Confidence | None) -> str:
+    """A confidence in an EXPLAIN line: mean/min log-probability, mean/max entropy, first margin.
+
+    >>> confidence_text(Confidence(4, -0.213, -1.5, 0.42, 2.0, 3.1))
+    ' logprob=-0.21/-1.50 entropy=0.42/2.00 margin=3.10'
+    >>> confidence_text(None)
+    ''
+    """
+    if c is None:
+        return ""
+    return (
+        f" logprob={c.mean_logprob:.2f}/{c.min_logprob:.2f} entropy={c.mean_entropy:.2f}/{c.max_entropy:.2f} "
+        f"margin={c.first_margin:.2f}"
+    )
 
 
 def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
@@ -72,12 +99,13 @@ def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, s
     base = physical_annotations(physical)
     out = {}
     for node, positions in _by_node(result, physical).items():
-        a = node_actuals([result.trace[i] for i in positions])
+        steps = [result.trace[i] for i in positions]
+        a = node_actuals(steps)
         score = f" stop-score={a['terminator_score']:.2f}" if a["terminator_score"] is not None else ""
         out[node] = (
             f"{base.get(node, '')}; actual time={a['actual_ms']:.0f} ms llm={a['llm_calls']} "
             f"tokens={a['computed_prompt_tokens']}/{a['cached_prompt_tokens']}/{a['generated_tokens']}{_forced(a['forced_tokens'])} "
-            f"passages={len(a['passages'])}{score}"
+            f"passages={len(a['passages'])}{score}{confidence_text(node_confidence(steps))}"
         ).lstrip("; ")
     for node, text in base.items():
         out.setdefault(node, text + "; never executed")
@@ -177,10 +205,26 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
             if result.answer.strip()
             else "Answer: (none: no usable answer in the retrieved passages)"
         )
+        lines += answer_confidence_lines(result.confidence)
+        if any(s.confidence is not None for s in result.trace):
+            lines.append(
+                "(logprob = mean/min log-probability of the tokens the model chose, entropy = mean/max of their "
+                "distributions in nats, margin = the first token's log-probability over the runner-up's)"
+            )
     lines.append(
         "(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])"
     )
     return "\n".join(lines)
+
+
+def answer_confidence_lines(c: Confidence | None) -> list[str]:
+    """The final answer's confidence: of its generation, and of the answer's own tokens when known."""
+    if c is None:
+        return []
+    lines = [f"Confidence: {c.describe()}"]
+    if c.answer is not None:
+        lines.append(f"  of the answer's tokens: {c.answer.describe()}")
+    return lines
 
 
 def to_dict(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, runtime_checkable
 
 import attrs
+
+if TYPE_CHECKING:
+    from nlqo.runtime.llm.confidence import Confidence
 
 
 @attrs.frozen
@@ -103,12 +106,16 @@ class ChatMessage:
 
 @attrs.frozen
 class Completion:
-    """What a backend returns: the generated text (stop string excluded) and its usage."""
+    """What a backend returns: the generated text (stop string excluded), its usage and confidence."""
 
     text: str
     usage: Usage
     finish_reason: str = "stop"
     """'stop' (a stop string or end of sequence) or 'length' (max_tokens reached)."""
+    confidence: Confidence | None = attrs.field(default=None, kw_only=True)
+    """How sure the model was of the reply, from the logits of its decoding
+    (:mod:`nlqo.runtime.llm.confidence`); None when the backend could not say (a server that
+    reports no log-probabilities, a reply a grammar forced whole)."""
 
 
 @runtime_checkable

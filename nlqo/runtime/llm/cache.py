@@ -34,6 +34,7 @@ from nlqo.runtime.llm.base import (
     complete_reusing_prefix,
     forked,
 )
+from nlqo.runtime.llm.confidence import Confidence
 from nlqo.runtime.llm.constrain import Constraint, can_constrain, constrained_chat
 
 FORMAT = 1
@@ -191,6 +192,7 @@ class CachedLLM:
                 text=entry["text"],
                 usage=attrs.evolve(original, wall_ms=lookup_ms),
                 finish_reason=entry["finish_reason"],
+                confidence=_confidence(entry),
                 original_usage=original,
             )
         with self._lock:
@@ -219,6 +221,10 @@ class CachedLLM:
             "usage": attrs.asdict(completion.usage),
             "created": time.time(),
         }
+        if completion.confidence is not None:
+            entry["confidence"] = completion.confidence.to_dict()
+            if completion.confidence.detail is not None:
+                entry["confidence_tokens"] = completion.confidence.detail.to_dict()
         path = self.path_of(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:12]}.", suffix=".tmp", dir=path.parent)
@@ -230,6 +236,16 @@ class CachedLLM:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
+
+
+def _confidence(entry: Mapping[str, Any]) -> Confidence | None:
+    """The stored reply's confidence (None for an entry written without one, or a bad one)."""
+    if not isinstance(entry.get("confidence"), dict):
+        return None
+    try:
+        return Confidence.from_dict(entry["confidence"], entry.get("confidence_tokens"))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def with_cache(llm: LLM, directory: str | os.PathLike[str] | None) -> LLM:

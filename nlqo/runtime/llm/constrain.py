@@ -14,7 +14,8 @@ starts one :class:`Matcher` per request and, at each step:
 2. takes the greedy choice among the allowed tokens (:meth:`Matcher.choose`): the model's own
    choice when the grammar allows it (checking one token is cheap), else the argmax of the logits
    masked in place with numpy; so where the grammar allows the model's choice the output is the
-   unconstrained one;
+   unconstrained one (the backend reads the logits for the reply's confidence before, unmasked:
+   :mod:`nlqo.runtime.llm.confidence`);
 3. ends the reply as soon as the grammar accepts nothing more, without sampling an end token.
 
 An OpenAI-compatible server gets the grammar passed through where its API takes one
@@ -313,12 +314,19 @@ class ConstrainedCompletion(Completion):
     """Time of the forward passes after the prompt (sampled and forced tokens)."""
 
 
-def completion(text: str, usage, finish: str, matcher: Matcher | None) -> Completion:
-    """What a backend returns: a plain :class:`Completion`, or a constrained one with the matcher's figures."""
+def completion(text: str, usage, finish: str, matcher: Matcher | None, *, confidence=None) -> Completion:
+    """What a backend returns: a plain :class:`Completion`, or a constrained one with the matcher's
+    figures; with its ``confidence`` (:mod:`nlqo.runtime.llm.confidence`) when the backend read it."""
     if matcher is None:
-        return Completion(text, usage, finish)
+        return Completion(text, usage, finish, confidence=confidence)
     return ConstrainedCompletion(
-        text, usage, finish, enforced=True, mask_ms=matcher.mask_ms, decode_ms=matcher.decode_ms
+        text,
+        usage,
+        finish,
+        confidence=confidence,
+        enforced=True,
+        mask_ms=matcher.mask_ms,
+        decode_ms=matcher.decode_ms,
     )
 
 

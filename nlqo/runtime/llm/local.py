@@ -23,6 +23,9 @@ A call may carry a grammar (``constraint=``, :mod:`nlqo.runtime.llm.constrain`):
 with numpy before the argmax, and the tokens the grammar forces go into the model in one forward
 pass with the token before them, counted as forced rather than generated.
 
+Every reply carries its confidence: each chosen token's log-probability and entropy, read from the
+logits the loop computed anyway (:mod:`nlqo.runtime.llm.confidence`).
+
 One lock serializes all model work, so a thread pool may share one instance; a single
 :class:`Session` belongs to one thread at a time.
 """
@@ -43,6 +46,7 @@ import torch
 from nlqo.config import default
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.confidence import Confidence, Tally
 from nlqo.runtime.llm.tokens import TokenLLM, TokenSegments, common_prefix
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
 from nlqo.common.logs import tame_transformers
@@ -218,9 +222,11 @@ class TransformersLLM(TokenLLM):
                 return self._forced_whole(matcher, first, max_tokens, start), tuple(first)
             cache, cached = self._lookup(ids) if prefix_cache else (None, 0)
             remember = (len(ids) if remember is None else min(remember, len(ids))) if prefix_cache else 0
-            generated, text, finish = self._generate(ids, cache, cached, stop, max_tokens, remember, matcher, first)
+            generated, text, finish, confidence = self._generate(
+                ids, cache, cached, stop, max_tokens, remember, matcher, first
+            )
             usage = self._account(len(ids), cached, len(generated), start, matcher)
-        return completion(text, usage, finish, matcher), tuple(generated)
+        return completion(text, usage, finish, matcher, confidence=confidence), tuple(generated)
 
     def _start(self, constraint: Constraint | None, max_tokens: int) -> tuple[Matcher | None, list[int]]:
         """A matcher for ``constraint`` (None without one) and the reply's first tokens it forces."""
@@ -316,8 +322,9 @@ class TransformersLLM(TokenLLM):
         remember: int,
         matcher: Matcher | None = None,
         first: Sequence[int] = (),
-    ) -> tuple[list[int], str, str]:
-        """Greedy continuation of ``ids``, whose first ``cached`` tokens are in ``cache``.
+    ) -> tuple[list[int], str, str, Confidence | None]:
+        """Greedy continuation of ``ids``, whose first ``cached`` tokens are in ``cache``: the reply's
+        tokens, its text, how it finished and its confidence (read from each choice's logits).
 
         ``cache`` is extended in place (it ends holding all but the last generated token). When
         ``remember`` exceeds ``cached``, the KV state of ``ids[:remember]`` is stored in the
@@ -334,15 +341,13 @@ class TransformersLLM(TokenLLM):
         if cached < len(ids) or first:
             logits = self._forward(cache, ids[cached:] + list(first))
         generated: list[int] = list(first)
+        tally = Tally()
         assert logits is not None  # at least the last prompt token is computed
         while True:
-            if matcher is None:
-                token = int(torch.argmax(logits))
-            else:
-                token = matcher.choose(logits.float().numpy())
+            token = tally.choose(logits.float().numpy(), len(generated), None if matcher is None else matcher.choose)
             generated.append(token)
             if token in self._eos:
-                return generated, self.decode(generated[:-1]), "stop"
+                return generated, self.decode(generated[:-1]), "stop", self._confidence(tally, generated)
             run = [token]
             if matcher is not None:
                 matcher.advance(token)
@@ -350,15 +355,30 @@ class TransformersLLM(TokenLLM):
                 generated += run[1:]
             text, hit = cut_at_stop(self.decode(generated), stop)
             if hit or (matcher is not None and matcher.done):
-                return generated, text, "stop"
+                return generated, text, "stop", self._confidence(tally, generated)
             if len(generated) >= max_tokens:
-                return generated, text, "length"
+                return generated, text, "length", self._confidence(tally, generated)
             if matcher is None:
                 logits = self._forward(cache, run)
             else:
                 started = time.perf_counter()
                 logits = self._forward(cache, run)
                 matcher.decode_ms += (time.perf_counter() - started) * 1000.0
+
+    def _confidence(self, tally: Tally, generated: list[int]) -> Confidence | None:
+        """The reply's confidence, each chosen token placed in the decoded text (by the lengths of
+        the decoded prefixes: the tokenizer's decoding of a whole is not the sum of its pieces)."""
+        lengths = {0: 0}
+
+        def upto(n: int) -> int:
+            if n not in lengths:
+                lengths[n] = len(self.decode(generated[:n]))
+            return lengths[n]
+
+        offsets = [(0, 0)] * len(generated)
+        for p in tally.positions:
+            offsets[p] = (upto(p), upto(p + 1))
+        return tally.confidence(offsets)
 
     def _nothing_to_do(self, ids: Sequence[int], max_tokens: int) -> Completion | None:
         """Reject an empty context; answer ``max_tokens <= 0`` without touching the model."""
@@ -429,13 +449,13 @@ class Session(TokenSegments):
                     self._cache = llm._new_cache()
                 remember = self._prefix_len
             cached = self._cache.get_seq_length()
-            generated, text, finish = llm._generate(
+            generated, text, finish, confidence = llm._generate(
                 self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first
             )
             self._ids.extend(generated)
             usage = llm._account(n, cached, len(generated), start, matcher)
         self.usage = self.usage + usage
-        return completion(text, usage, finish, matcher)
+        return completion(text, usage, finish, matcher, confidence=confidence)
 
     def fork(self) -> "Session":
         """An independent copy (tokens and KV state) to continue differently."""

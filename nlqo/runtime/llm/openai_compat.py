@@ -27,6 +27,7 @@ import attrs
 from nlqo._version import __version__
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.confidence import Confidence, from_top_logprobs
 from nlqo.runtime.llm.constrain import SERVER, ConstrainedCompletion, Constraint
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
@@ -189,11 +190,18 @@ class OpenAICompatLLM:
     the fact, as for any unconstrained reply."""
     key_source: str | None = _option(default=None)
     """Where the key came from (an environment variable name), for error messages."""
+    logprobs: int | None = _option(default=5)
+    """Alternatives per token to ask for (``top_logprobs`` in chat, ``logprobs`` for completions),
+    for each reply's confidence (:func:`parse_confidence`); None asks for none. A server that
+    returns none gives replies without confidence; one that refuses the field (HTTP 400 naming it)
+    is asked again without it, and not asked for it again."""
     sleep: Callable[[float], None] = _option(default=time.sleep, repr=False)
     _slots: int | None = attrs.field(init=False, default=None, repr=False)
     """The server's reported slots once asked (0: it reported none)."""
     _unsure_at: float | None = attrs.field(init=False, default=None, repr=False)
     """When the server last could not say (loading, unreachable): asked again only after a pause."""
+    _logprobs_refused: bool = attrs.field(init=False, default=False, repr=False)
+    """The server refused the log-probability fields once: they are no longer sent."""
 
     @classmethod
     def from_env(
@@ -289,7 +297,13 @@ class OpenAICompatLLM:
         max_tokens: int,
         constraint: Constraint | None = None,
     ) -> Completion:
+        chat = path == "/chat/completions"
+        asked = self.logprobs is not None and not self._logprobs_refused
+        logprobs: dict[str, Any] = {}
+        if asked:
+            logprobs = {"logprobs": True, "top_logprobs": self.logprobs} if chat else {"logprobs": self.logprobs}
         body = {
+            **logprobs,
             **self.extra_body,
             **body,
             "model": self.model,
@@ -308,7 +322,13 @@ class OpenAICompatLLM:
         if sent:
             body["stop"] = sent
         start = time.perf_counter()
-        reply = self._post(path, body)
+        try:
+            reply = self._post(path, body)
+        except LLMError as exc:
+            if not (asked and _refuses_logprobs(str(exc))):
+                raise
+            self._logprobs_refused = True
+            reply = self._post(path, {k: v for k, v in body.items() if k not in logprobs})
         wall_ms = (time.perf_counter() - start) * 1000.0
         url = self.api_base + path
         try:
@@ -321,9 +341,12 @@ class OpenAICompatLLM:
             raise LLMError(f"{url}: unexpected response shape ({exc!r}): {json.dumps(reply)[:500]}") from None
         text, stopped = cut_at_stop(raw or "", stop)
         finish = "length" if choice.get("finish_reason") == "length" and not stopped else "stop"
+        confidence = parse_confidence(choice, f"top-{self.logprobs}") if asked else None
         if with_grammar:  # the server was asked to follow the grammar; the reply is still validated like any other
-            return ConstrainedCompletion(text=text, usage=usage, finish_reason=finish, enforced=False)
-        return Completion(text=text, usage=usage, finish_reason=finish)
+            return ConstrainedCompletion(
+                text=text, usage=usage, finish_reason=finish, confidence=confidence, enforced=False
+            )
+        return Completion(text=text, usage=usage, finish_reason=finish, confidence=confidence)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         url = self.api_base + path
@@ -477,6 +500,55 @@ def parse_usage(reply: Mapping[str, Any], wall_ms: float) -> Usage:
         wall_ms=wall_ms,
         calls=1,
     )
+
+
+def parse_confidence(choice: Mapping[str, Any], basis: str) -> Confidence | None:
+    """A reply's confidence from a choice's ``logprobs``: chat's ``{"content": [{"token", "logprob",
+    "top_logprobs": [{"token", "logprob"}]}]}`` or the completions endpoint's ``{"tokens",
+    "token_logprobs", "top_logprobs": [{token: logprob}]}``; None when the server sent none or a
+    shape it cannot read (never an error: confidence is optional).
+
+    >>> chat = {"logprobs": {"content": [{"token": "Paris", "logprob": -0.1,
+    ...          "top_logprobs": [{"token": "Paris", "logprob": -0.1}, {"token": "Lyon", "logprob": -2.6}]}]}}
+    >>> c = parse_confidence(chat, "top-2")
+    >>> c.tokens, c.mean_logprob, c.first_margin, c.basis
+    (1, -0.1, 2.5, 'top-2')
+    >>> parse_confidence({"text": "x"}, "top-2") is None, parse_confidence({"logprobs": {"content": "?"}}, "top-2") is None
+    (True, True)
+    """
+    data = choice.get("logprobs")
+    if not isinstance(data, Mapping):
+        return None
+    tokens: list[tuple[str, float, dict[str, float]]] = []
+    try:
+        if isinstance(data.get("content"), list):
+            for entry in data["content"]:
+                alternatives = {str(a["token"]): float(a["logprob"]) for a in entry.get("top_logprobs") or ()}
+                tokens.append((str(entry["token"]), float(entry["logprob"]), alternatives))
+        elif isinstance(data.get("token_logprobs"), list):
+            tops = data.get("top_logprobs") or []
+            for i, (token, logprob) in enumerate(zip(data["tokens"], data["token_logprobs"])):
+                if logprob is None:  # an echoed prompt's first token
+                    continue
+                alternatives = {str(t): float(v) for t, v in (tops[i] or {}).items()} if i < len(tops) else {}
+                tokens.append((str(token), float(logprob), alternatives))
+        else:
+            return None
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+        return None
+    return from_top_logprobs(tokens, basis)
+
+
+def _refuses_logprobs(message: str) -> bool:
+    """Whether a failed request's message is a server refusing the log-probability fields: an HTTP
+    error naming them (a 400, or a 500 after the retries from a server that raised on them).
+
+    >>> _refuses_logprobs("http://h/v1/chat/completions: HTTP 400 Bad Request: logprobs is not supported")
+    True
+    >>> _refuses_logprobs("http://h/v1/chat/completions: HTTP 400 Bad Request: prompt too long")
+    False
+    """
+    return "HTTP " in message and "logprob" in message.lower()
 
 
 def _opener(url: str, *handlers: urllib.request.BaseHandler) -> urllib.request.OpenerDirector:

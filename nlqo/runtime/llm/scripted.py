@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import re
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import attrs
 
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.confidence import Confidence, Reading, Tally
 
 Reply = str | Callable[[str], str]
 
@@ -34,6 +35,9 @@ class ScriptedLLM:
     calls: list[str] = attrs.field(factory=list)
     concurrency: int = 1
     """Declared as its ``capabilities.concurrency`` (tests of the lowering set it)."""
+    confidence: Confidence | Callable[[str], Confidence | None] | None = None
+    """The confidence every reply carries: one value, a function of the reply's text, or None
+    (the default: no confidence, as from a server that reports no log-probabilities)."""
     _served: dict[int, int] = attrs.field(factory=dict)
 
     @property
@@ -49,7 +53,8 @@ class ScriptedLLM:
         if len(words) > max_tokens:
             text, finish = " ".join(words[:max_tokens]), "length"
         usage = Usage(prompt_tokens=len(prompt.split()), generated_tokens=len(text.split()), calls=1)
-        return Completion(text=text, usage=usage, finish_reason=finish)
+        confidence = self.confidence(text) if callable(self.confidence) else self.confidence
+        return Completion(text=text, usage=usage, finish_reason=finish, confidence=confidence)
 
     def chat(self, messages: Sequence[ChatMessage], *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
         return self.complete("\n".join(m.content for m in messages), stop=stop, max_tokens=max_tokens)
@@ -65,3 +70,28 @@ class ScriptedLLM:
         if self.default is None:
             raise LLMError(f"ScriptedLLM has no reply for prompt: {prompt[-300:]!r}")
         return self.default(prompt) if callable(self.default) else self.default
+
+
+def word_confidence(
+    text: str,
+    *,
+    logprob: float = -0.1,
+    entropy: float = 0.5,
+    margin: float = 2.0,
+    words: Mapping[str, float] | None = None,
+) -> Confidence | None:
+    """A confidence for ``text`` as if each word were one chosen token, with log-probability
+    ``logprob`` (``words[word]`` for the words it names), ``entropy`` and ``margin``: what a
+    :class:`ScriptedLLM` may give (``confidence=lambda text: word_confidence(text, ...)``) so tests
+    see known figures, answer spans included.
+
+    >>> c = word_confidence("Rush is the band", words={"Rush": -0.7}).with_answer("Rush is the band", "Rush")
+    >>> round(c.mean_logprob, 3), c.answer.mean_logprob, c.answer.tokens, c.answer.first_margin
+    (-0.25, -0.7, 1, 2.0)
+    """
+    tally = Tally()
+    offsets = [(m.start(), m.end()) for m in re.finditer(r"\S+", text)]
+    for i, (start, end) in enumerate(offsets):
+        lp = (words or {}).get(text[start:end], logprob)
+        tally.add(Reading(0.0, entropy, 0, lp, lp - margin), 0, lp, i)
+    return tally.confidence(offsets)

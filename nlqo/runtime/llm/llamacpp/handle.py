@@ -15,6 +15,7 @@ import attrs
 
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage
+from nlqo.runtime.llm.confidence import piece_offsets
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, Matcher, completion
 from nlqo.runtime.llm.llamacpp.loading import DEFAULT_N_CTX_SEQ, DEFAULT_N_SEQ, check_gguf, default_threads
 from nlqo.runtime.llm.llamacpp.request import _Request
@@ -188,7 +189,9 @@ class LlamaCppLLM(TokenLLM):
         )
         with self._lock:
             self.total = self.total + usage
-        return completion(request.text, usage, request.finish, matcher), tuple(request.generated)
+        pieces = [b"" if self.runtime.is_end(t) else self.runtime.piece(t) for t in request.generated]
+        confidence = request.tally.confidence(piece_offsets(pieces))
+        return completion(request.text, usage, request.finish, matcher, confidence=confidence), tuple(request.generated)
 
     # --- sessions and handles ------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import cut_at_stop
+from nlqo.runtime.llm.confidence import Tally
 from nlqo.runtime.llm.constrain import Matcher
 
 if TYPE_CHECKING:
@@ -44,6 +45,8 @@ class _Request:
     finish: str = "stop"
     error: BaseException | None = None
     done: threading.Event = attrs.Factory(threading.Event)
+    tally: Tally = attrs.Factory(Tally)
+    """The chosen tokens' log-probabilities and entropies (:mod:`nlqo.runtime.llm.confidence`)."""
 
     @property
     def prefilling(self) -> bool:
@@ -60,10 +63,9 @@ class _Request:
 def choose(r: _Request, logits: np.ndarray) -> int:
     """The greedy token among those ``r``'s grammar allows (any token without one); the lowest id
     wins a tie, so the choice does not depend on what else was in the batch. A grammar that cannot
-    go on raises :class:`~nlqo.errors.LLMError`."""
-    if r.matcher is None:
-        return int(np.argmax(logits))
-    return r.matcher.choose(logits)
+    go on raises :class:`~nlqo.errors.LLMError`. The distribution is read for the reply's
+    confidence first, unconstrained (the grammar masks ``logits`` in place)."""
+    return r.tally.choose(logits, len(r.generated), None if r.matcher is None else r.matcher.choose)
 
 
 def take(r: _Request, token: int, *, piece: Callable[[int], bytes], is_end: Callable[[int], bool], n_ctx: int) -> bool:
