@@ -92,7 +92,7 @@ class Engine:
         """The engine ``config`` describes, its parts loaded by :mod:`nlqo.main.builder`; parts passed in
         are used instead of loading them; ``progress`` says each load on standard error."""
         from nlqo.main import builder
-        from nlqo.planner.lower import measure_profile
+        from nlqo.planner.profiles import cached_profile
         from nlqo.runtime.llm.backends import runtime_of
         from nlqo.runtime.llm.base import capabilities
 
@@ -121,8 +121,13 @@ class Engine:
             profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
             measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
             if measure:
-                say("measuring the backend's per-token costs for the cost-based lowering ...")
-                profile = measure_profile(llm, profile)
+                profile, _ = cached_profile(
+                    llm,
+                    profile,
+                    before_measuring=lambda: say(
+                        "measuring the backend's per-token costs for the cost-based lowering (once per model and machine) ..."
+                    ),
+                )
         return cls(
             llm=llm,
             retriever=retriever,
