@@ -76,6 +76,7 @@ http {
         listen 127.0.0.1:$PORT;
         location / {
             proxy_pass http://nlqo;
+            proxy_set_header Host \$host;       # the replicas serve loopback names only (their Host allow-list)
             proxy_http_version 1.1;
             proxy_buffering off;              # server-sent events stream through
             proxy_read_timeout 600s;

@@ -18,9 +18,9 @@ import pytest
 from loopback import Loopback, QuietHandler
 
 from nlqo.optimizer.cost import load_cost_model
+from nlqo.execution.physical import BackendProfile
 from nlqo.planner.lower import (
     _PROBE_TEXT,
-    BackendProfile,
     concurrent_requests,
     lower,
     measure_profile,

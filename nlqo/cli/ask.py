@@ -60,8 +60,7 @@ def answer_lines(result: RunResult, strategy: str) -> list[str]:
     lines = [result.answer if result.answer.strip() else "(no answer: nothing usable in the retrieved passages)"]
     lines += [f"  - {p.title} [{p.id}]" for p in result.supporting]
     s = result.stats()
-    template = any(step.node.startswith("hop-") for step in result.trace)
-    operator = result.physical.operator if result.physical is not None else ("linear" if template else "retrieve")
+    operator = result.operator or result.strategy
     lines.append(
         f"({strategy} -> {operator}; {s['hops']} hops, stop: {s['stop_reason'] or 'none'}; {s['llm_calls']} LLM calls, "
         f"{s['generated_tokens']} tokens generated, {s['cached_prompt_tokens']}/{s['prompt_tokens']} prompt tokens from cache; "

@@ -9,12 +9,13 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from nlqo.cli import common
 from nlqo.config import STRATEGIES
-from nlqo.common.extras import need
 from nlqo.errors import ConfigError
+from nlqo.common.extras import need
 
 TOKEN_ENV = "NLQO_SERVE_TOKEN"
 
@@ -36,15 +37,32 @@ def register(subparsers) -> None:
     group.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on; any but loopback needs --token (default: %(default)s)",
+        help=f"address to listen on; any but loopback needs a token (--token-file or ${TOKEN_ENV}) (default: %(default)s)",
     )
     group.add_argument(
         "--port", type=int, default=8080, help="port; 0 picks a free one and prints it (default: %(default)s)"
     )
-    group.add_argument(
+    secret = group.add_mutually_exclusive_group()
+    secret.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help=f"require 'Authorization: Bearer TOKEN' on every endpoint but the console page and /v1/health, with "
+        f"TOKEN the first line of this file (default: ${TOKEN_ENV}; none on loopback)",
+    )
+    secret.add_argument(
         "--token",
         default=None,
-        help=f"require 'Authorization: Bearer TOKEN' on every endpoint but the console page and /v1/health (default: ${TOKEN_ENV}; none on loopback)",
+        help="the same with the token on the command line, where every user of the machine sees it (ps): "
+        f"prefer --token-file or ${TOKEN_ENV}",
+    )
+    group.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="without a token, only requests for a loopback host name (localhost, 127.0.0.1, [::1]) or the bound "
+        "address are served, against DNS rebinding; this serves NAME too (repeatable), e.g. a reverse proxy's name",
     )
     group.add_argument(
         "--capacity",
@@ -75,7 +93,11 @@ def register(subparsers) -> None:
         help="on shutdown, running requests get this long to finish; then they are answered 503 (default: %(default)s)",
     )
     group.add_argument(
-        "--max-body", type=int, default=65536, metavar="BYTES", help="largest request body (default: %(default)s)"
+        "--max-body",
+        type=int,
+        default=65536,
+        metavar="BYTES",
+        help="largest request body; past it the answer is 413, without reading the rest (default: %(default)s)",
     )
     p.set_defaults(func=run)
 
@@ -94,11 +116,33 @@ def loopback(host: str) -> bool:
         return False
 
 
+def read_token(args: argparse.Namespace, environ: Mapping[str, str]) -> str | None:
+    """The bearer token of ``--token-file``, ``--token`` or ``$NLQO_SERVE_TOKEN``, in that order; None without one."""
+    if args.token_file is not None:
+        try:
+            lines = Path(args.token_file).read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(
+                f"cannot read --token-file {args.token_file}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
+        token = lines[0].strip() if lines else ""
+        if not token:
+            raise ConfigError(f"--token-file {args.token_file} is empty: write the token on its first line")
+        return token
+    if args.token:
+        print(
+            f"nlqo: warning: --token shows the token to every user of this machine (ps); prefer --token-file or ${TOKEN_ENV}",
+            file=sys.stderr,
+        )
+        return args.token
+    return environ.get(TOKEN_ENV) or None
+
+
 def run(args: argparse.Namespace) -> int:
-    token = args.token or os.environ.get(TOKEN_ENV) or None
+    token = read_token(args, os.environ)
     if not loopback(args.host) and token is None:
         raise ConfigError(
-            f"--host {args.host} is reachable from other machines: give --token TOKEN (or ${TOKEN_ENV}) so that only your clients are served"
+            f"--host {args.host} is reachable from other machines: give --token-file PATH (or ${TOKEN_ENV}) so that only your clients are served"
         )
     for name, value in (("--queue", args.queue), ("--max-body", args.max_body)):
         if value < 0 or (name == "--max-body" and value == 0):
@@ -107,14 +151,13 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--capacity must be at least 1, not {args.capacity}")
     if args.timeout <= 0 or args.grace < 0:
         raise ConfigError("--timeout must be positive and --grace not negative")
-    try:
-        need("fastapi", "serve")
-        uvicorn = need("uvicorn", "serve")
+    need("fastapi", "serve")
+    need("uvicorn", "serve")
+    import uvicorn
 
-        from nlqo.serve.app import create_app
-        from nlqo.serve.service import Service
-    except ModuleNotFoundError as exc:
-        raise ConfigError(f"nlqo serve needs {exc.name}: pip install fastapi uvicorn") from None
+    from nlqo.serve.app import create_app
+    from nlqo.serve.service import Service
+
     listener = bind(args.host, args.port)  # before the model loads: a port in use fails at once
     engine = common.build_engine(args)
     from nlqo.runtime.llm.base import capabilities
@@ -122,9 +165,11 @@ def run(args: argparse.Namespace) -> int:
     capacity = args.capacity or max(1, capabilities(engine.llm).concurrency)
     service = Service(engine, capacity=capacity, queue_limit=args.queue, timeout=args.timeout)
     redact = secret_paths(args)
+    bound = listener.getsockname()[0]
     app = create_app(
         service,
         token=token,
+        allow_hosts=(args.host, bound, *args.allow_host),
         max_body=args.max_body,
         strategy=args.strategy,
         strategies=STRATEGIES,

@@ -188,6 +188,8 @@ class RunResult:
     """The logical plan (tree strategies) or None."""
     physical: Any = None
     """The physical plan, when the strategy was lowered from one."""
+    operator: str | None = None
+    """The physical operator that answered (the engine's strategies; None for a baseline)."""
 
     @property
     def llm_steps(self) -> list[Step]:
@@ -250,6 +252,7 @@ class RunResult:
             "no_answer": not self.answer.strip(),
             "confidence": confidence_dict(self.confidence),
             "strategy": self.strategy,
+            "operator": self.operator,
             "supporting": [{"id": p.id, "title": p.title} for p in self.supporting],
             "stats": self.stats(),
             "plan": self.plan_tree(),

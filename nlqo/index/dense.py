@@ -70,7 +70,7 @@ def write_dense(index, path: Path) -> None:
     faiss = need("faiss", "index")
 
     with open(path, "wb") as fh:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))  # type: ignore[attr-defined]
+        faiss.write_index(index, faiss.PyCallbackIOWriter(fh.write))
 
 
 def open_dense(path: Path, params: DenseParams, dim: int, count: int):

@@ -335,13 +335,13 @@ class Engine:
         parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
             simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
-            result = (
-                RETRIEVE.run(self, question, None, trace, strategy)
-                if simple
-                else TEMPLATE.run(self, question, None, trace, strategy)
-            )
+            operator = RETRIEVE if simple else TEMPLATE
+            result = operator.run(self, question, None, trace, strategy)
             return attrs.evolve(
-                result, planning_ms=planned.planning_ms, stop_reason=stop_reasons(PARSE_FAILED, result.stop_reason)
+                result,
+                planning_ms=planned.planning_ms,
+                stop_reason=stop_reasons(PARSE_FAILED, result.stop_reason),
+                operator=str(operator.name),
             )
         physical = planned.physical
         result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
@@ -352,4 +352,5 @@ class Engine:
             planning_ms=planned.planning_ms + result.planning_ms,
             plan=plan,
             physical=physical,
+            operator=str(physical.operator),
         )

@@ -38,6 +38,7 @@ import attrs
 from nlqo._version import __version__
 from nlqo.common.paths import cache_root
 from nlqo.execution.physical import BackendProfile
+from nlqo.planner.lower import measure_profile
 from nlqo.runtime.llm.base import cache_identity
 
 LOCAL_RUNTIMES = ("llama-cpp", "transformers")
@@ -74,13 +75,11 @@ def cached_profile(
     base: BackendProfile,
     *,
     root: Path | None = None,
-    measure: Callable[[Any, BackendProfile], BackendProfile] | None = None,
+    measure: Callable[[Any, BackendProfile], BackendProfile] = measure_profile,
     before_measuring: Callable[[], None] = lambda: None,
 ) -> tuple[BackendProfile, bool]:
     """The profile measured for ``llm`` (kept from an earlier run when its key matches), and whether
     it was kept; ``before_measuring`` is called when it is measured now (to say so: it takes seconds)."""
-    if measure is None:
-        from nlqo.planner.lower import measure_profile as measure
     key = profile_key(llm, base)
     if key is None:
         before_measuring()

@@ -3,9 +3,10 @@
 The model and the index load once. Up to ``capacity`` requests run at a time (the backend's
 concurrency: llama.cpp's in-process slots, whose scheduler decodes the running requests together in
 one batch, or an OpenAI-compatible server's slots); up to ``queue_limit`` more wait. A request beyond
-that is refused with :class:`Busy` (HTTP 429). Each request carries a :class:`Ticket`: its deadline,
-and an event the HTTP layer sets when the client goes away. The run checks the ticket at every trace
-step, so a cancelled or timed-out request stops at its next step and frees its slot.
+that is refused with :class:`Busy` (HTTP 429). Each request carries a :class:`~nlqo.serve.ticket.Ticket`,
+its deadline and cancel switch. When the HTTP layer gives up on a request (:meth:`Service.cancel`: the
+client left, or its time ran out), a queued one leaves the queue at once and a running one stops at
+its next trace step, freeing its slot. Every request's outcome is counted in :attr:`Service.stats`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from typing import Any
 import attrs
 
 from nlqo.errors import NlqoError, ParseFailure
-from nlqo.execution.trace import RunResult, Step, Trace, progress_line
-from nlqo.serve.stats import ServiceStats
+from nlqo.execution.trace import RunResult, Step, Trace, confidence_dict, progress_line
+from nlqo.serve.stats import Outcome, ServiceStats
+from nlqo.serve.ticket import Cancelled, Ticket, TimedOut
 
 
 class Busy(NlqoError):
@@ -31,27 +33,22 @@ class Closing(NlqoError):
     """The service is shutting down (HTTP 503)."""
 
 
-class Cancelled(NlqoError):
-    """The client went away or the request's time ran out; ``reason`` says which."""
+def outcome_of(exc: BaseException) -> Outcome:
+    """How a request that ended with ``exc`` is counted.
 
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
-
-
-@attrs.define
-class Ticket:
-    """One request's deadline and cancel switch."""
-
-    timeout: float
-    cancel: threading.Event = attrs.field(factory=threading.Event)
-    started: float = attrs.field(factory=time.monotonic)
-
-    def check(self) -> None:
-        if self.cancel.is_set():
-            raise Cancelled("the client disconnected")
-        if time.monotonic() - self.started > self.timeout:
-            raise Cancelled(f"the request took longer than its {self.timeout:g} s timeout")
+    >>> outcome_of(TimedOut("late")), outcome_of(Cancelled("gone")), outcome_of(Busy("full")), outcome_of(KeyError())
+    (<Outcome.TIMEOUT: 'timeout'>, <Outcome.CANCELLED: 'cancelled'>, <Outcome.BUSY: 'busy'>, <Outcome.ERROR: 'error'>)
+    """
+    for kind, outcome in (
+        (Busy, Outcome.BUSY),
+        (Closing, Outcome.CLOSING),
+        (TimedOut, Outcome.TIMEOUT),
+        (Cancelled, Outcome.CANCELLED),
+        (NlqoError, Outcome.REJECTED),
+    ):
+        if isinstance(exc, kind):
+            return outcome
+    return Outcome.ERROR
 
 
 Emit = Callable[[str, dict[str, Any]], None]
@@ -84,30 +81,47 @@ class Service:
 
     # -------------------------------------------------------------------------------- admission
 
-    def submit(self, endpoint: str, work: Callable[[], dict[str, Any]]) -> concurrent.futures.Future:
+    def submit(self, endpoint: str, work: Callable[[], dict[str, Any]], ticket: Ticket) -> concurrent.futures.Future:
         """Run ``work`` on a request thread, or refuse at once with :class:`Busy` or :class:`Closing`."""
+        refusal: NlqoError | None = None
         with self._lock:
             if self._closing:
-                raise Closing("the service is shutting down; retry on another replica")
-            if self._admitted >= self.capacity + self.queue_limit:
-                raise Busy(f"all {self.capacity} slots are busy and {self.queue_limit} requests are waiting")
-            self._admitted += 1
-        return self._pool.submit(self._run, endpoint, work)
+                refusal = Closing("the service is shutting down; retry on another replica")
+            elif self._admitted >= self.capacity + self.queue_limit:
+                refusal = Busy(f"all {self.capacity} slots are busy and {self.queue_limit} requests are waiting")
+            else:
+                self._admitted += 1
+        if refusal is not None:
+            self.stats.finished(endpoint, outcome_of(refusal), 0.0)
+            raise refusal
+        future = self._pool.submit(self._run, endpoint, work, ticket)
+        future.add_done_callback(lambda f: self._dropped(endpoint, ticket) if f.cancelled() else None)
+        return future
 
-    def _run(self, endpoint: str, work: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def cancel(self, future: concurrent.futures.Future, ticket: Ticket, reason: NlqoError) -> None:
+        """Give up on a request: a queued one leaves the queue at once, a running one stops at its next step."""
+        ticket.reason = reason  # before the future's cancel: the done callback counts the queued request by it
+        future.cancel()
+        ticket.stop(reason)
+
+    def _dropped(self, endpoint: str, ticket: Ticket) -> None:
+        """A queued request cancelled before it ran (given up on, or dropped at shutdown)."""
+        with self._lock:
+            self._admitted -= 1
+        self.stats.finished(endpoint, outcome_of(ticket.reason or Closing("shut down")), 0.0)
+
+    def _run(self, endpoint: str, work: Callable[[], dict[str, Any]], ticket: Ticket) -> dict[str, Any]:
         started = time.monotonic()
         with self._lock:
             self._running += 1
-        outcome, body = "error", {}
+        outcome, body = Outcome.ERROR, {}
         try:
             body = work()
-            outcome = "ok"
+            # the HTTP layer may have answered 499, 503 or 504 already: count what the client got
+            outcome = Outcome.OK if ticket.reason is None else outcome_of(ticket.reason)
             return body
-        except Cancelled:
-            outcome = "cancelled"
-            raise
-        except NlqoError:
-            outcome = "rejected"
+        except BaseException as exc:
+            outcome = outcome_of(exc)
             raise
         finally:
             with self._lock:
@@ -183,7 +197,7 @@ class Service:
             body["explain"] = view.to_dict() if explain == "json" else formats.render(view, "html")
         elif explain:
             body["explain"] = None
-        emit("answer", {"answer": body["answer"], "supporting": body["supporting"]})
+        emit("answer", {"answer": body["answer"], "supporting": body["supporting"], "confidence": body["confidence"]})
         return body
 
     def explain(self, question: str, *, strategy: str, fmt: str, ticket: Ticket) -> dict[str, Any]:
@@ -240,6 +254,7 @@ def step_event(step: Step) -> dict[str, Any]:
         "text": step.text,
         "titles": [p.title for p in step.passages],
         "wall_ms": step.wall_ms,
+        "confidence": confidence_dict(step.confidence),
     }
 
 
@@ -265,9 +280,8 @@ def answer_body(result: RunResult, *, waited_ms: float) -> dict[str, Any]:
         "no_answer": not result.answer.strip(),
         "supporting": [{"id": p.id, "title": p.title, "text": texts.get(p.id, "")} for p in result.supporting],
         "strategy": result.strategy,
-        "operator": physical.operator
-        if physical is not None
-        else ("linear" if any(s.node.startswith("hop-") for s in result.trace) else "retrieve"),
+        "operator": result.operator or result.strategy,
+        "confidence": confidence_dict(result.confidence),
         "reason": physical.reason if physical is not None else result.stop_reason,
         "stop_reason": result.stop_reason,
         "timing": {"queue_ms": waited_ms, "planning_ms": result.planning_ms, "execution_ms": result.execution_ms},
