@@ -77,6 +77,11 @@ class ConfigError(NlqoError):
     """Bad configuration, named with its file and line where there is one."""
 
 
+class InputFileError(NlqoError):
+    """A file the user named that cannot be read as one: nothing there, a folder, no permission, not UTF-8
+    text. The message names the path, what was expected and what is there (``PATH: expected X, found Y``)."""
+
+
 class LLMError(NlqoError):
     """A backend failed to answer (connection, timeout, bad response)."""
 

@@ -336,3 +336,99 @@ def test_a_folder_without_permission_is_refused_naming_it(tmp_path):
         secret.chmod(0o644)
     for name, (done, expected) in cells.items():
         assert (done.returncode, done.stderr) == (2, expected), name
+
+
+# --- files a command reads: an IR file, --cost-model, --rules (issue 52) ---------------------------
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "older.nlqo"
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("a file", "a FIFO", "another program's folder")])
+def test_an_ir_path_of_the_wrong_kind_is_refused_naming_it(capsys, tmp_path, kind):
+    """Before, a missing IR file was 'internal error: FileNotFoundError' (exit 70), a folder IsADirectoryError.
+    (A FIFO is read as a file is, as cat reads one: 'nlqo plan <(nlqo parse ...)' works.)"""
+    paths = odd_paths(tmp_path / "odd")
+    if kind not in paths:
+        pytest.skip(f"{UNREADABLE} is not on this system")
+    path, what = paths[kind]
+    code, err = run(capsys, "plan", path)
+    assert code == 2 and err == f"nlqo: error: {path}: expected an IR file (.nlqo), found {what}\n"
+
+
+def test_a_missing_ir_file_is_refused_by_the_real_cli_in_one_line(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "nlqo", "plan", "ir/nope.nlqo"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    expected = "nlqo: error: ir/nope.nlqo: expected an IR file (.nlqo), found nothing (no such file or folder)\n"
+    assert (done.returncode, done.stderr, done.stdout) == (2, expected, "")
+
+
+def test_an_ir_file_given_with_ir_is_read_the_same_way(tmp_path):
+    from nlqo.cli.common import read_ir
+    from nlqo.errors import InputFileError
+
+    with pytest.raises(InputFileError) as caught:
+        read_ir(tmp_path)
+    assert str(caught.value) == f"{tmp_path}: expected an IR file (.nlqo), found a folder"
+
+
+DEFINITIONS = {"--cost-model": ("a cost-model file (.cost)", "default, shallow, structural"), "--rules": ("a rule list (.rules)", "default")}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k not in ("a file", "another program's folder")])
+@pytest.mark.parametrize("option", sorted(DEFINITIONS))
+def test_a_cost_model_or_rule_list_path_of_the_wrong_kind_is_refused_naming_it(
+    capsys, tmp_path, monkeypatch, option, kind
+):
+    """Before, a missing file or a folder said '<kind> file not found' (a folder is not 'not found'),
+    and a file that could not be read was an internal error."""
+    monkeypatch.delenv("NLQO_PATH", raising=False)
+    paths = odd_paths(tmp_path / "odd")
+    if kind not in paths:
+        pytest.skip(f"{UNREADABLE} is not on this system")
+    path, what = paths[kind]
+    expected, known = DEFINITIONS[option]
+    hint = f"; or name a known one: {known}" if what.startswith("nothing") else ""
+    code, err = run(capsys, "plan", EXAMPLE, option, path)
+    assert code == 2 and err == f"nlqo: error: {path}: expected {expected}, found {what}{hint}\n"
+
+
+@pytest.mark.parametrize("option, suffix", [("--cost-model", ".cost"), ("--rules", ".rules"), ("ir", ".nlqo")])
+def test_a_cost_model_rule_list_or_ir_file_that_is_not_utf8_is_named_with_its_line(capsys, tmp_path, option, suffix):
+    """Before, a cost model or rule list in Latin-1 was 'internal error: UnicodeDecodeError' (exit 70)."""
+    latin = tmp_path / f"latin1{suffix}"
+    latin.write_bytes("# first line\n# Z\u00fcrich\n".encode("latin-1"))
+    argv = ("plan", latin) if option == "ir" else ("plan", EXAMPLE, option, latin)
+    code, err = run(capsys, *argv)
+    if option == "ir":  # the IR reader shows the line with a caret, as for its syntax errors
+        assert code == 2 and err.startswith(
+            f"nlqo: error: {latin}:2:4: not UTF-8 text (byte 0xfc); save the file as UTF-8"
+        )
+    else:
+        assert (
+            code == 2
+            and err == f"nlqo: error: {latin}:2: not UTF-8 text (byte 0xfc at column 4); save the file as UTF-8\n"
+        )
+
+
+def test_an_ir_cost_model_and_rule_list_without_permission_are_refused_naming_them(tmp_path):
+    files = {name: tmp_path / name for name in ("q.nlqo", "m.cost", "r.rules")}
+    files["q.nlqo"].write_text(EXAMPLE.read_text())
+    files["m.cost"].write_text("cost = depth\n")
+    files["r.rules"].write_text("normalize_variables\n")
+    for file in files.values():
+        file.chmod(0)
+    denied = "found a file that cannot be read (Permission denied)"
+    cells = {
+        "ir": (unprivileged("plan", files["q.nlqo"]), f"{files['q.nlqo']}: expected an IR file (.nlqo), {denied}"),
+        "--cost-model": (unprivileged("plan", EXAMPLE, "--cost-model", files["m.cost"]),
+                         f"{files['m.cost']}: expected a cost-model file (.cost), {denied}"),
+        "--rules": (unprivileged("plan", EXAMPLE, "--rules", files["r.rules"]),
+                    f"{files['r.rules']}: expected a rule list (.rules), {denied}"),
+    }  # fmt: skip
+    for name, (done, expected) in cells.items():
+        assert (done.returncode, done.stderr) == (2, f"nlqo: error: {expected}\n"), name

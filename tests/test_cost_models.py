@@ -1,12 +1,21 @@
+import json
+import math
+import re
+from pathlib import Path
+
 import attrs
+import lark
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nlqo.optimizer.cost import CostContext, Shape, builtin_metrics, load_cost_model
 from nlqo.optimizer.cost.metrics import structure_of
 from nlqo.optimizer.cost.shape import FIELDS
-from nlqo.testing import check_cost_deterministic, check_monotone
+from nlqo.cli import main
+from nlqo.explain import formats, render
+from nlqo.testing import HashEmbedder, check_cost_deterministic, check_cost_formula, check_monotone
+from nlqo.testing.oracles import check_optimal
 from nlqo.testing.strategies import cost_models, plan, queries
 from nlqo.optimizer.cost.model import CostModel
 from nlqo.errors import CostModelError, ConfigError
@@ -154,41 +163,77 @@ def test_cost_files_read_params_description_and_defaults():
     assert overridden.params == {"w": 4.0} and overridden.evaluate_values({"depth": 2.0}) == 8.0
 
 
+def caret(line: str, column: int) -> str:
+    """The two lines a located error ends with: the line, and a caret under the column."""
+    return f"\n  {line}\n  {' ' * (column - 1)}^"
+
+
+METRICS = "(metrics: depth, edges, imbalance, leaves, similarity, size)"
+
+
 @pytest.mark.parametrize(
     "text, message",
     [
         (
             "cost = depth ) size",
-            "m.cost:1:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) size",
+            "m.cost:1:14: cannot read the cost model here (unexpected ')')" + caret("cost = depth ) size", 14),
         ),
         (
             "cost = depth @ size",
-            "m.cost:1:14: cannot read the cost model here (unexpected text):\n  cost = depth @ size",
+            "m.cost:1:14: cannot read the cost model here (unexpected '@')" + caret("cost = depth @ size", 14),
         ),
         (
             "param a = 1\ncost = depth ) a\n# end\n",
-            "m.cost:2:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) a",
+            "m.cost:2:14: cannot read the cost model here (unexpected ')')" + caret("cost = depth ) a", 14),
         ),
         (
             "param a = 1\ncost = depth *",
-            "m.cost:2:14: cannot read the cost model here (the text ends in the middle of a statement):\n  cost = depth *",
+            "m.cost:2:14: cannot read the cost model here (the text ends in the middle of a statement)"
+            + caret("cost = depth *", 14),
         ),
         (
             "cost = depth +\n",
-            "m.cost:1:15: cannot read the cost model here (the line ends in the middle of a statement):\n  cost = depth +",
+            "m.cost:1:15: cannot read the cost model here (the line ends in the middle of a statement)"
+            + caret("cost = depth +", 15),
         ),
-        ("cost = depth\ncost = size", "m.cost: more than one 'cost =' statement"),
-        ("param a = 1\n", "m.cost: no 'cost = ...' statement"),
+        (
+            'description "fewer waves\ncost = depth',
+            'm.cost:1:13: cannot read the cost model here (a string that does not end: close it with " on the same line)'
+            + caret('description "fewer waves', 13),
+        ),
+        (
+            'description "a\\q"\ncost = depth',
+            'm.cost:1:15: malformed string (Invalid \\escape); escapes are those of JSON: \\\\ \\" \\n \\t \\uXXXX'
+            + caret('description "a\\q"', 15),
+        ),
+        (
+            "cost = depth\n\ncost = size",
+            "m.cost:3:1: a second 'cost =' statement (the first is on line 1); a cost model has one"
+            + caret("cost = size", 1),
+        ),
+        ("param a = 1\n", "m.cost: no 'cost = ...' statement; add one, e.g. cost = depth - size"),
+        ("", "m.cost: no 'cost = ...' statement; add one, e.g. cost = depth - size"),  # was an AttributeError
+        ("# nothing yet\n", "m.cost: no 'cost = ...' statement; add one, e.g. cost = depth - size"),
         (
             "cost = zeta + alpha",
-            "m.cost:1:15: unknown name 'alpha': not a param and not a metric "
-            "(metrics: depth, edges, imbalance, leaves, similarity, size)",
+            f"m.cost:1:15: unknown name 'alpha': not a param and not a metric {METRICS}; declare a param with "
+            "'param alpha = NUMBER', or register a Python metric under the entry point group nlqo.metrics "
+            "(docs/cost-models.md)" + caret("cost = zeta + alpha", 15),
         ),
-        ("cost = sqrt(depth)", "m.cost: line 1, column 8: unknown function 'sqrt' (known: min, max, abs, log)"),
-        ("param a = 1\ncost = depth + log(size, a)", "m.cost: line 2, column 16: log() takes 1 argument, not 2"),
+        (
+            "cost = sqrt(depth)",
+            "m.cost:1:8: unknown function 'sqrt' (known: min, max, abs, log)" + caret("cost = sqrt(depth)", 8),
+        ),
+        (
+            "param a = 1\ncost = depth + log(size, a)",
+            "m.cost:2:16: log() takes 1 argument, not 2" + caret("cost = depth + log(size, a)", 16),
+        ),
+        ("param a = 1e999\ncost = a", "m.cost:1:11: 1e999 is too large a number" + caret("param a = 1e999", 11)),
     ],
 )
 def test_cost_file_errors_in_full(text, message):
+    """Every error is FILE:LINE:COLUMN: message, with the line and a caret (issue 52); before, some said
+    'm.cost: line 1, column 8:', an unterminated string was 'unexpected text', and a bad escape crashed."""
     with pytest.raises(CostModelError) as caught:
         CostModel.parse(text, source="m.cost")
     assert str(caught.value) == message
@@ -204,8 +249,8 @@ def test_a_cost_file_error_shows_the_line_the_parser_counted():
     ]:
         with pytest.raises(CostModelError) as caught:
             CostModel.parse(text)
-        assert (
-            str(caught.value) == "<string>:2:14: cannot read the cost model here (unexpected ')'):\n  cost = depth ) a"
+        assert str(caught.value) == "<string>:2:14: cannot read the cost model here (unexpected ')')" + caret(
+            "cost = depth ) a", 14
         )
 
 
@@ -411,3 +456,117 @@ def test_load_cost_model_by_name_path_and_with_overrides(tmp_path):
     assert load_cost_model(str(tmp_path / "mine.cost"), metrics={"roots": roots}).params == {"w": 0.5}
     with pytest.raises(CostModelError, match=r"mine.cost:2:20: unknown name 'roots'"):
         load_cost_model("mine", path=[tmp_path])
+
+
+# --- arithmetic without a value, and any formula at all (issue 52) -----------------------------------
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def strict_json(text: str):
+    """``text`` as JSON, refusing what Python's json writes but JSON has not: NaN, Infinity, -Infinity."""
+
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("formula", ["1 / depth - size", "log(depth) - size"])
+@pytest.mark.parametrize("fmt", ["text", "json", "dot", "html"])
+def test_a_formula_without_a_value_on_a_leaf_plans_and_prints_valid_json(tmp_path, capsys, formula, fmt):
+    """A leaf's subtree has depth 0, where 1 / depth and log(depth) have no value: before, 'nlqo plan'
+    ended in an internal error (OverflowError, ValueError), and --format json printed Infinity."""
+    model = tmp_path / "edge.cost"
+    model.write_text(f"cost = {formula}\n")
+    code = main(["plan", str(EXAMPLES / "older.nlqo"), "--cost-model", str(model), "--format", fmt])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    if fmt == "json":
+        data = strict_json(out)
+        leaves = [n for n in data["nodes"] if n["id"] in ("q1", "q2")]
+        assert [n["cost"]["total"] for n in leaves] == ["inf", "inf"]
+        assert isinstance(data["cost"]["total"], float) and data["cost"]["total"] < 0
+    elif fmt == "text":
+        assert "(cost=inf depth=0 size=1)" in out
+    elif fmt == "html":
+        assert "Infinity" not in out and "NaN" not in out
+
+
+NAMES = ("depth", "size", "edges", "imbalance", "leaves", "similarity", "w")
+NUMBERS = ("0", "1", "2.5", "0.0", "1e300", "1e-300", "1e308")
+
+
+def formulas() -> st.SearchStrategy[str]:
+    """Cost files whose formula mixes the metrics and a parameter with every operator and function, and
+    numbers that make steps without a value (x / 0, log(0), inf - inf) likely."""
+    leaf = st.sampled_from(NAMES + NUMBERS)
+
+    def extend(inner):
+        return st.one_of(
+            inner.map(lambda a: f"-{a}"),
+            inner.map(lambda a: f"({a})"),
+            st.tuples(inner, st.sampled_from("+-*/"), inner).map(" ".join),
+            st.tuples(st.sampled_from(["log", "abs"]), inner).map(lambda t: f"{t[0]}({t[1]})"),
+            st.tuples(st.sampled_from(["min", "max"]), st.lists(inner, min_size=1, max_size=3)).map(
+                lambda t: f"{t[0]}({', '.join(t[1])})"
+            ),
+        )
+
+    expression = st.recursive(leaf, extend, max_leaves=10)
+    param = st.sampled_from(["0", "-1", "3", "1e308", "-1e-308"])
+    return st.builds(lambda w, e: f"param w = {w}\ncost = {e}\n", param, expression)
+
+
+def grammar_texts() -> st.SearchStrategy[str]:
+    """Any text of grammar/cost.lark, its names and numbers drawn from those above."""
+    from hypothesis.extra.lark import from_lark
+    from nlqo.common.resources import builtin_dir
+
+    grammar = lark.Lark((builtin_dir("grammar") / "cost.lark").read_text(), parser="lalr")
+    return from_lark(
+        grammar,
+        explicit={"NAME": st.sampled_from(NAMES + ("sqrt", "param", "zeta")), "NUMBER": st.sampled_from(NUMBERS)},
+    )
+
+
+LOCATED = re.compile(r"drawn\.cost:(\d+):(\d+): [^\n]+\n  ([^\n]*)\n  ( *)\^")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(formulas(), grammar_texts()))
+def test_any_cost_formula_gives_a_plan_or_a_located_error_and_strict_json(text):
+    try:
+        model = CostModel.parse(text, name="drawn", source="drawn.cost")
+    except CostModelError as exc:
+        message = str(exc)
+        located = LOCATED.fullmatch(message)
+        assert located or message == "drawn.cost: no 'cost = ...' statement; add one, e.g. cost = depth - size", message
+        if located:  # the caret is under the column the message names (of a long line, a cut around it)
+            line, column, shown, pad = int(located[1]), int(located[2]), located[3], located[4]
+            assert shown[len(pad) : len(pad) + 1] == text.split("\n")[line - 1][column - 1 : column], message
+        return
+    embedder = HashEmbedder()
+    planned = plan(Q, cost_model=model, embedder=embedder)  # never raises: a plan whatever the formula
+    assert not math.isnan(planned.cost.total)
+    check_cost_formula(model, planned, embedder=embedder)  # a second evaluator agrees, infinities included
+    costs = render.node_costs(planned, model, CostContext(planned.query, planned.relations, embedder))
+    view = formats.LogicalView(planned, model=model, costs=costs)
+    for fmt in ("text", "dot", "html"):
+        formats.render(view, fmt)
+    data = strict_json(formats.render(view, "json"))
+    for cost in [data["cost"], *(n["cost"] for n in data["nodes"])]:
+        for value in [cost["total"], *cost["terms"].values()]:
+            assert isinstance(value, float) and math.isfinite(value) or value in ("inf", "-inf"), (text, value)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(formulas().filter(lambda text: "similarity" not in text), queries(max_atoms=5), st.integers(0, 3))
+def test_a_plan_that_says_exact_is_optimal_under_any_structural_formula(text, query, seed):
+    """Infinities included: the search prunes by the directions the formula declares, so a step that
+    jumps to inf (log(0), 1 / 0) must not make it drop the best tree (log lost its direction for this)."""
+    try:
+        model = CostModel.parse(text, name="drawn")
+    except CostModelError:
+        return
+    check_optimal(plan(query, cost_model=model, seed=seed), model)

@@ -193,6 +193,14 @@ def test_a_corrupt_relation_cache_is_a_clear_error(tmp_path):
         RelationCache.open(path)
 
 
+def test_a_relation_cache_path_at_a_folder_is_a_clear_error(tmp_path, capsys):
+    """Issue 52: 'nlqo plan FILE --relations-cache FOLDER' was 'internal error: IsADirectoryError' (exit 70)."""
+    older = Path(__file__).resolve().parents[1] / "examples" / "older.nlqo"
+    code = main(["plan", str(older), "--cost-model", "structural", "--relations-cache", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err == f"nlqo: error: {tmp_path}: expected a relation cache file (JSON), found a folder\n"
+
+
 def _read_relation_under_the_c_locale(path: str, out) -> None:
     import locale
 

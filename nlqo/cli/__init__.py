@@ -49,6 +49,17 @@ def epilog() -> str:
     return f"Run 'nlqo COMMAND --help' for the options of a command.\n\nexit codes:\n{codes}\n\n{log}"
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: an option it does not know is an error shown with this command's usage
+    (argparse would pass it up to the top-level parser, which shows its own)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed, extra
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="nlqo",
@@ -59,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"nlqo {__version__}")
     parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CommandParser)
     for name in COMMANDS:
         try:
             module = importlib.import_module(f"nlqo.cli.{name}")

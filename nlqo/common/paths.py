@@ -11,6 +11,10 @@
 True
 >>> found(folder / "missing")
 'nothing (no such file or folder)'
+>>> read_text(folder, "a cost-model file") # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+nlqo.errors.InputFileError: /...: expected a cost-model file, found a folder
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import os
 import stat
 from collections.abc import Mapping
 from pathlib import Path
+
+from nlqo.errors import InputFileError
 
 FOLDER = "a folder"
 FILE = "a file"
@@ -72,6 +78,42 @@ def _missing(path: Path, exc: OSError) -> str:
             return f"a broken symlink (to {os.readlink(path)})"
         return NOTHING
     return f"a path that cannot be read ({exc.strerror or exc})"
+
+
+def read_bytes(path: str | os.PathLike[str], expected: str) -> bytes:
+    """The bytes of the file at ``path``, which should be ``expected`` (``"an IR file"``); when it cannot be
+    read, an :class:`~nlqo.errors.InputFileError` ``PATH: expected EXPECTED, found <what is there>``."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        what = found(path)
+        if what == FILE:  # found() could read its first byte; the rest could not be read
+            what = f"a file that cannot be read ({exc.strerror or exc})"
+        raise InputFileError(f"{path}: expected {expected}, found {what}") from None
+
+
+def read_text(path: str | os.PathLike[str], expected: str) -> str:
+    """:func:`read_bytes` as UTF-8 text (a BOM is allowed); other bytes are an
+    :class:`~nlqo.errors.InputFileError` naming the line and column of the first one.
+
+    >>> import tempfile
+    >>> latin = Path(tempfile.mkdtemp()) / "w.cost"
+    >>> _ = latin.write_bytes("cost = depth\\n# Z\\xfcrich".encode("latin-1"))
+    >>> read_text(latin, "a cost-model file")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    nlqo.errors.InputFileError: /.../w.cost:2: not UTF-8 text (byte 0xfc at column 4); save the file as UTF-8
+    """
+    data = read_bytes(path, expected)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        read = bytes(exc.object)  # without the BOM, which exc.start does not count
+        before = read[: exc.start].decode("utf-8", errors="replace")
+        line, column = before.count("\n") + 1, len(before.rsplit("\n", 1)[-1]) + 1
+        raise InputFileError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{read[exc.start]:02x} at column {column}); save the file as UTF-8"
+        ) from None
 
 
 def cache_root(env: Mapping[str, str] | None = None) -> Path:

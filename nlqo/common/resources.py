@@ -12,9 +12,16 @@ import os
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from nlqo.common import paths
 from nlqo.errors import ConfigError
 
 KINDS = ("grammar", "rules", "cost_models")
+FILES = {
+    "grammar": "a grammar file (.lark)",
+    "rules": "a rule list (.rules)",
+    "cost_models": "a cost-model file (.cost)",
+}
+"""What a file of each kind is, for messages."""
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
@@ -42,12 +49,19 @@ def find(kind: str, name: str, suffix: str, extra: Sequence[str | Path] = ()) ->
 
     >>> find("cost_models", "default", ".cost").name
     'default.cost'
+    >>> find("cost_models", "/nowhere/mine.cost", ".cost")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    nlqo.errors.ConfigError: /nowhere/mine.cost: expected a cost-model file (.cost), found nothing (no such file or folder); or name a known one: default, ...
     """
     as_path = Path(name)
     if as_path.suffix == suffix or os.sep in name:
         if as_path.is_file():
             return as_path
-        raise ConfigError(f"{kind} file not found: {name}")
+        what = paths.found(as_path)
+        known = ", ".join(sorted(available(kind, suffix, extra))) or "none"
+        hint = f"; or name a known one: {known}" if what.startswith("nothing") else ""
+        raise ConfigError(f"{name}: expected {FILES[kind]}, found {what}{hint}")
     filename = name + suffix
     for folder in search_path(extra):
         for candidate in (folder / kind / filename, folder / filename):

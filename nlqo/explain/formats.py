@@ -78,7 +78,7 @@ class PhysicalView:
 
 
 def _json(view: LogicalView | PhysicalView) -> str:
-    return json.dumps(view.to_dict(), indent=2, ensure_ascii=False)
+    return json.dumps(view.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)  # never Infinity or NaN
 
 
 def _html(view: LogicalView | PhysicalView) -> str:

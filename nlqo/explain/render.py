@@ -7,6 +7,7 @@ EXPLAIN ANALYZE timings) add to the same output instead of re-implementing it.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Mapping
 
 import attrs
@@ -19,6 +20,24 @@ from nlqo.ir.syntax import answer_text
 JSON_VERSION = 2
 """2: ``stats.left_out`` lists objects with a reason; ``stats`` has budget, beam, beam_dropped and exact."""
 
+NON_FINITE = {math.inf: "inf", -math.inf: "-inf"}
+"""How JSON writes a cost that is not a finite number (JSON has none); NaN is ``"nan"`` (docs/explain.md)."""
+
+
+def json_number(x: float) -> float | str:
+    """``x`` for JSON: itself when finite, else ``"inf"``, ``"-inf"`` or ``"nan"``.
+
+    >>> json_number(2.5), json_number(math.inf), json_number(-math.inf), json_number(math.nan)
+    (2.5, 'inf', '-inf', 'nan')
+    """
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else NON_FINITE[x]
+
+
+def _json_cost(cost: Cost) -> dict[str, Any]:
+    return {"total": json_number(cost.total), "terms": {k: json_number(v) for k, v in cost.terms.items()}}
+
 
 def node_costs(plan: Plan, model: CostModel, ctx: CostContext) -> dict[str, Cost]:
     """The cost model evaluated on every node's subtree (the root's is the plan's total)."""
@@ -29,6 +48,10 @@ def node_costs(plan: Plan, model: CostModel, ctx: CostContext) -> dict[str, Cost
 
 
 def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return str(json_number(x))
+    if abs(x) >= 1e15:  # every digit of a huge float is noise
+        return f"{x:g}"
     return f"{x:.3f}".rstrip("0").rstrip(".") if x != int(x) else str(int(x))
 
 
@@ -107,7 +130,7 @@ def to_dict(
             "children": list(plan.tree.children[node]),
         }
         if costs and node in costs:
-            entry["cost"] = {"total": costs[node].total, "terms": dict(costs[node].terms)}
+            entry["cost"] = _json_cost(costs[node])
         if extra_nodes and node in extra_nodes:
             entry.update(extra_nodes[node])
         nodes.append(entry)
@@ -118,7 +141,7 @@ def to_dict(
         "answer_var": answer_text(q),
         "root": ROOT,
         "nodes": nodes,
-        "cost": {"total": plan.cost.total, "terms": dict(plan.cost.terms), "model": model.name if model else None},
+        "cost": {**_json_cost(plan.cost), "model": model.name if model else None},
         "stats": {
             "planning_ms": s.planning_ms,
             "llm_calls": s.llm_calls,
@@ -145,7 +168,7 @@ def to_dict(
 
 
 def to_json(plan: Plan, **kwargs: Any) -> str:
-    return json.dumps(to_dict(plan, **kwargs), indent=2, ensure_ascii=False)
+    return json.dumps(to_dict(plan, **kwargs), indent=2, ensure_ascii=False, allow_nan=False)
 
 
 def _dot_escape(s: str) -> str:

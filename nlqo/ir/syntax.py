@@ -16,13 +16,13 @@ import functools
 import json
 import os
 from collections import Counter
-from pathlib import Path
 
 import lark
 
 from nlqo.errors import IRSemanticError, IRSyntaxError
 from nlqo.ir import Atom, Const, Query, Relation, Var
 from nlqo.ir.pins import check_pins
+from nlqo.common.paths import read_bytes
 from nlqo.common.resources import builtin_dir
 
 # Bad inputs by what is wrong with them; lark matches a failure to the closest example.
@@ -157,8 +157,9 @@ def parse(text: str, *, source: str = "<ir>") -> Query:
 def read(path: str | os.PathLike[str], *, source: str | None = None) -> Query:
     """Parse an IR file. Whatever the file holds, the result is a :class:`Query` or an IR error
     naming the file (and the line and column where there is one): empty files, bytes that are not
-    UTF-8 and binary files included."""
-    data = Path(path).read_bytes()
+    UTF-8 and binary files included; a path with no file to read is an
+    :class:`~nlqo.errors.InputFileError` naming it and what is there."""
+    data = read_bytes(path, "an IR file (.nlqo)")
     return parse_bytes(data, source=source or str(path))
 
 

@@ -187,12 +187,15 @@ class RelationCache:
 
 
 def _read_entries(path: Path) -> dict[str, str]:
+    from nlqo.common.paths import found
     from nlqo.errors import ConfigError
 
     try:
         entries = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
+    except OSError:  # a folder, a file that cannot be read, a path under a file
+        raise ConfigError(f"{path}: expected a relation cache file (JSON), found {found(path)}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a relation cache (JSON object of pair -> kind): {exc}") from None
     if not isinstance(entries, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items()):

@@ -103,9 +103,9 @@ BUGS: tuple[SeededBug, ...] = (
     SeededBug(
         "cost sign flipped",
         "a subtraction in a cost formula adds",
-        "nlqo.optimizer.cost.expr:evaluate",
-        "return a - b",
-        "return a + b",
+        "nlqo.optimizer.cost.expr:_value",
+        "return _number(a - b)",
+        "return _number(a + b)",
         "check_cost_formula",
     ),
     SeededBug(

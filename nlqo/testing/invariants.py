@@ -142,28 +142,45 @@ _OPERATORS: dict[type, Callable[[float, float], float]] = {
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
     ast.Mult: lambda a, b: a * b,
-    ast.Div: lambda a, b: a / b if b else math.inf,
+    ast.Div: lambda a, b: a / b,  # x / 0 raises ZeroDivisionError: no value
 }
-_FUNCTIONS: dict[str, Callable[..., float]] = {"min": min, "max": max, "abs": abs, "log": math.log}
+_FUNCTIONS: dict[str, Callable[..., float]] = {
+    "min": lambda *args: min(args),  # min(x) is x: Python's min(x) wants an iterable
+    "max": lambda *args: max(args),
+    "abs": abs,
+    "log": math.log,
+}
 
 
 def _second_opinion(node: ast.AST, env: Mapping[str, float]) -> float:
     """Python's own parse of a rendered cost formula, evaluated here: a second implementation
-    that shares nothing with :func:`nlqo.optimizer.cost.expr.evaluate`."""
+    that shares nothing with :func:`nlqo.optimizer.cost.expr.evaluate`. By the rules of
+    docs/cost-models.md ("Arithmetic"), a formula with a step that has no value is +inf."""
+    try:
+        return _step(node, env)
+    except (ZeroDivisionError, ValueError):  # x / 0, log(0), a NaN
+        return math.inf
+
+
+def _step(node: ast.AST, env: Mapping[str, float]) -> float:
     match node:
         case ast.Expression(body):
-            return _second_opinion(body, env)
+            value = _step(body, env)
         case ast.Constant(value) if isinstance(value, (int, float)):
-            return float(value)
+            value = float(value)
         case ast.Name(id):
-            return float(env[id])
+            value = float(env[id])
         case ast.UnaryOp(ast.USub(), operand):
-            return -_second_opinion(operand, env)
+            value = -_step(operand, env)
         case ast.BinOp(left, op, right):
-            return _OPERATORS[type(op)](_second_opinion(left, env), _second_opinion(right, env))
+            value = _OPERATORS[type(op)](_step(left, env), _step(right, env))
         case ast.Call(ast.Name(name), args):
-            return float(_FUNCTIONS[name](*(_second_opinion(a, env) for a in args)))
-    raise InvariantError(f"cannot read {ast.dump(node)} in a rendered cost formula")
+            value = float(_FUNCTIONS[name](*(_step(a, env) for a in args)))
+        case _:
+            raise InvariantError(f"cannot read {ast.dump(node)} in a rendered cost formula")
+    if math.isnan(value):  # inf - inf, 0 * inf, a metric's NaN: no value
+        raise ValueError("NaN")
+    return value
 
 
 def check_cost_formula(model: CostModel, plan: Plan, *, embedder: Embedder | None = None) -> float:
@@ -190,7 +207,9 @@ def check_monotone(metric: Metric, shape: Shape, field: str, step: int = 1) -> N
     by ``step`` must move the value the declared way, and an undeclared field must not move it."""
     structure = structure_of(metric)
     if structure is None:
-        _fail(f"{getattr(metric, '__name__', metric)!r} is not declared structural (use nlqo.optimizer.cost.structural)")
+        _fail(
+            f"{getattr(metric, '__name__', metric)!r} is not declared structural (use nlqo.optimizer.cost.structural)"
+        )
         return
     if field not in FIELDS:
         _fail(f"unknown field {field!r} (fields: {', '.join(FIELDS)})")

@@ -6,6 +6,16 @@
 ('depth - alpha * size', 1.0)
 >>> signs(e, {"alpha": 2.0})
 {'depth': 1, 'size': -1}
+
+Arithmetic is that of floats, made total and ordered (docs/cost-models.md, "Arithmetic"): a value
+too large for a float is ``inf`` or ``-inf`` and compares as such, and a formula with a step that has
+no value (x / 0, log of 0 or of a negative number, a NaN such as inf - inf) is ``+inf`` as a whole,
+the worst cost, whatever surrounds that step:
+
+>>> evaluate(BinOp("-", Num(0.0), BinOp("/", Num(1.0), Name("depth"))), {"depth": 0.0})
+inf
+>>> evaluate(Call("log", (Name("depth"),)), {"depth": 0.0}), evaluate(BinOp("*", Num(1e300), Num(1e300)), {})
+(inf, inf)
 """
 
 from __future__ import annotations
@@ -28,8 +38,9 @@ FUNCTIONS: dict[str, Callable[..., float]] = {
 }
 ARITY: dict[str, tuple[int, int | None]] = {"min": (1, None), "max": (1, None), "abs": (1, 1), "log": (1, 1)}
 """Each function's least and most arguments (None: any number)."""
-MONOTONE = frozenset({"min", "max", "log"})
-"""Functions that never decrease as any argument grows (``abs`` does not qualify)."""
+MONOTONE = frozenset({"min", "max"})
+"""Functions that never decrease as any argument grows (``abs`` does not qualify, nor ``log``: log(0) has no
+value, so the formula is +inf there, above log(1) = 0)."""
 
 
 @attrs.frozen
@@ -83,28 +94,53 @@ def names(expr: Expr) -> list[Name]:
     raise TypeError(f"not a cost expression: {expr!r}")
 
 
+class _NoValue(Exception):
+    """A step of a formula that has no value; the whole formula is then +inf."""
+
+
 def evaluate(expr: Expr, env: Mapping[str, float]) -> float:
-    """The value of ``expr`` with every name taken from ``env``; x / 0 is infinity."""
+    """The value of ``expr`` with every name taken from ``env``: a float, never NaN. A formula with a
+    step that has no value (x / 0, a function outside its domain such as log(0), any NaN: inf - inf,
+    0 * inf, a metric that gave NaN) is +inf as a whole; values too large for a float are +-inf."""
+    try:
+        return _value(expr, env)
+    except _NoValue:
+        return math.inf
+
+
+def _number(x: float) -> float:
+    if x != x:  # NaN
+        raise _NoValue
+    return x
+
+
+def _value(expr: Expr, env: Mapping[str, float]) -> float:
     match expr:
         case Num(value):
-            return value
+            return _number(value)
         case Name(name):
-            return env[name]
+            return _number(float(env[name]))
         case Neg(operand):
-            return -evaluate(operand, env)
+            return -_value(operand, env)
         case Call(function, args):
-            return float(FUNCTIONS[function](*(evaluate(a, env) for a in args)))
+            values = [_value(a, env) for a in args]
+            try:
+                return _number(float(FUNCTIONS[function](*values)))
+            except (ValueError, ZeroDivisionError, OverflowError):  # outside the function's domain: log(0)
+                raise _NoValue from None
         case BinOp(op, left, right):
-            a, b = evaluate(left, env), evaluate(right, env)
+            a, b = _value(left, env), _value(right, env)
             match op:
                 case "+":
-                    return a + b
+                    return _number(a + b)
                 case "-":
-                    return a - b
+                    return _number(a - b)
                 case "*":
-                    return a * b
+                    return _number(a * b)
                 case "/":
-                    return a / b if b else math.inf
+                    if not b:
+                        raise _NoValue
+                    return _number(a / b)
     raise TypeError(f"not a cost expression: {expr!r}")
 
 
@@ -117,13 +153,18 @@ def merge(a: Mapping[str, Direction], b: Mapping[str, Direction]) -> dict[str, D
 
 
 def _scaled(directions: Mapping[str, Direction], factor: float) -> dict[str, Direction]:
-    if factor == 0:
-        return {}
+    if factor == 0:  # 0 * x is 0, but +inf where x is infinite (0 * inf has no value): unknown
+        return _unknown(directions)
     return {n: (None if d is None else d * (1 if factor > 0 else -1)) for n, d in directions.items()}
 
 
 def _unknown(*parts: Mapping[str, Direction]) -> dict[str, Direction]:
     return {n: None for p in parts for n in p}
+
+
+def _constant(expr: Expr, params: Mapping[str, float]) -> bool:
+    """Whether ``expr`` names only parameters (its value is fixed)."""
+    return all(n.name in params for n in names(expr))
 
 
 def signs(expr: Expr, params: Mapping[str, float]) -> dict[str, Direction]:
@@ -156,13 +197,13 @@ def signs(expr: Expr, params: Mapping[str, float]) -> dict[str, Direction]:
                     return merge(left, right)
                 case "-":
                     return merge(left, _scaled(right, -1))
-                case "*" if not left:
+                case "*" if _constant(left_expr, params):
                     return _scaled(right, evaluate(left_expr, params))
-                case "*" if not right:
+                case "*" if _constant(right_expr, params):
                     return _scaled(left, evaluate(right_expr, params))
-                case "/" if not right:  # division by a constant
+                case "/" if _constant(right_expr, params):  # division by a constant
                     divisor = evaluate(right_expr, params)
-                    return _scaled(left, 1 / divisor if divisor else 0)
+                    return _scaled(left, 1 / divisor) if divisor else {}  # x / 0: +inf whatever x is
             return _unknown(left, right)
     raise TypeError(f"not a cost expression: {expr!r}")
 

@@ -37,13 +37,38 @@ from nlqo.optimizer.cost.expr import (
 from nlqo.optimizer.cost.metrics import CostContext, Metric, registry, structure_of
 from nlqo.optimizer.cost.shape import Shape
 from nlqo.errors import CostModelError
+from nlqo.ir.syntax import pointer
 from nlqo.optimizer.plan import Cost, Tree
+from nlqo.common.paths import read_text
 from nlqo.common.resources import builtin_dir, find
 
 
 @functools.cache
 def _parser() -> lark.Lark:
     return lark.Lark((builtin_dir("grammar") / "cost.lark").read_text(), parser="lalr", propagate_positions=True)
+
+
+class _At(Exception):
+    """A mistake the transformer found at a line and column of the text (made a :class:`CostModelError` by
+    :meth:`CostModel.parse`, which knows the file and the text)."""
+
+    def __init__(self, line: int, column: int, message: str):
+        super().__init__(message)
+        self.line, self.column, self.message = line, column, message
+
+
+def _located(source: str, text: str, line: object, column: object, message: str) -> CostModelError:
+    """``SOURCE:LINE:COLUMN: message``, then the line and a caret under the column (``SOURCE: message``
+    when there is no position).
+
+    >>> print(_located("m.cost", "cost = depth ) a", 1, 14, "unexpected ')'"))
+    m.cost:1:14: unexpected ')'
+      cost = depth ) a
+                   ^
+    """
+    if not (isinstance(line, int) and isinstance(column, int) and line > 0):
+        return CostModelError(f"{source}: {message}")
+    return CostModelError(f"{source}:{line}:{column}: {message}\n{pointer(_line_at(text, line), column)}")
 
 
 class _ToExpr(lark.Transformer):
@@ -58,17 +83,12 @@ class _ToExpr(lark.Transformer):
     def call(self, items):
         fn = items[0]
         if str(fn) not in FUNCTIONS:
-            raise CostModelError(
-                f"line {fn.line}, column {fn.column}: unknown function {str(fn)!r} (known: {', '.join(FUNCTIONS)})"
-            )
+            raise _At(fn.line, fn.column, f"unknown function {str(fn)!r} (known: {', '.join(FUNCTIONS)})")
         least, most = ARITY[str(fn)]
         given = len(items) - 1
         if given < least or (most is not None and given > most):
             wanted = f"{least}" if least == most else f"at least {least}"
-            raise CostModelError(
-                f"line {fn.line}, column {fn.column}: {str(fn)}() takes {wanted} argument{'s' * (wanted != '1')}, "
-                f"not {given}"
-            )
+            raise _At(fn.line, fn.column, f"{str(fn)}() takes {wanted} argument{'s' * (wanted != '1')}, not {given}")
         return Call(str(fn), tuple(items[1:]))
 
     def add(self, items):
@@ -112,7 +132,7 @@ def _finite(token: lark.Token) -> float:
     """A number of the cost language; one too large for a float (``1e999``) is refused."""
     value = float(token)
     if not math.isfinite(value):
-        raise CostModelError(f"line {token.line}, column {token.column}: {str(token)} is too large a number")
+        raise _At(token.line, token.column, f"{str(token)} is too large a number")
     return value
 
 
@@ -141,8 +161,7 @@ class CostModel:
         try:
             tree = _parser().parse(text)
         except lark.UnexpectedInput as exc:
-            line, col = getattr(exc, "line", "?"), getattr(exc, "column", "?")
-            shown = _line_at(text, line)
+            line, col = getattr(exc, "line", None), getattr(exc, "column", None)
             ended = isinstance(exc, lark.UnexpectedEOF) or (
                 isinstance(exc, lark.UnexpectedToken) and exc.token.type == "$END"
             )
@@ -153,35 +172,55 @@ class CostModel:
                     if str(exc.token).strip()
                     else "the line ends in the middle of a statement"
                 )
-            raise CostModelError(
-                f"{source}:{line}:{col}: cannot read the cost model here ({what}):\n  {shown}"
-            ) from None
-        except lark.exceptions.VisitError as exc:  # pragma: no cover - raised by transformer
-            raise exc.orig_exc from None
+            if isinstance(exc, lark.UnexpectedCharacters):
+                char = text[exc.pos_in_stream : exc.pos_in_stream + 1]
+                what = f"unexpected {char!r}"
+                if char == '"':
+                    what = 'a string that does not end: close it with " on the same line'
+            raise _located(source, text, line, col, f"cannot read the cost model here ({what})") from None
         try:
-            statements = _ToExpr().transform(tree).children
+            statements = [st for st in _ToExpr().transform(tree).children if st is not None]  # None: an empty file
         except lark.exceptions.VisitError as exc:
-            raise CostModelError(f"{source}: {exc.orig_exc}") from None
+            if isinstance(exc.orig_exc, _At):
+                raise _located(source, text, exc.orig_exc.line, exc.orig_exc.column, exc.orig_exc.message) from None
+            raise exc.orig_exc from None
         known = registry(metrics)
         found_params: dict[str, float] = {}
-        description, expression = "", None
+        description, expression, first = "", None, 0
         for st in statements:
             if st.data == "param":
                 found_params[str(st.children[0])] = st.children[1]
             elif st.data == "description":
-                description = json.loads(str(st.children[0]))
+                token = st.children[0]
+                try:
+                    description = json.loads(str(token))
+                except ValueError as exc:  # an escape JSON does not have: "a\q"
+                    what, at = getattr(exc, "msg", str(exc)), getattr(exc, "pos", 0)
+                    message = f'malformed string ({what}); escapes are those of JSON: \\\\ \\" \\n \\t \\uXXXX'
+                    raise _located(source, text, token.line, (token.column or 1) + at, message) from None
             else:
                 if expression is not None:
-                    raise CostModelError(f"{source}: more than one 'cost =' statement")
-                expression = st.children[0]
+                    raise _located(
+                        source,
+                        text,
+                        st.meta.line,
+                        st.meta.column,
+                        f"a second 'cost =' statement (the first is on line {first}); a cost model has one",
+                    )
+                expression, first = st.children[0], st.meta.line
         if expression is None:
-            raise CostModelError(f"{source}: no 'cost = ...' statement")
+            raise CostModelError(f"{source}: no 'cost = ...' statement; add one, e.g. cost = depth - size")
         found_params.update(params or {})
         for found in sorted(names(expression), key=lambda n: (n.name, n.line, n.column)):
             if found.name not in found_params and found.name not in known:
-                raise CostModelError(
-                    f"{source}:{found.line}:{found.column}: unknown name {found.name!r}: not a param and not a metric "
-                    f"(metrics: {', '.join(sorted(known))})"
+                raise _located(
+                    source,
+                    text,
+                    found.line,
+                    found.column,
+                    f"unknown name {found.name!r}: not a param and not a metric (metrics: {', '.join(sorted(known))}); "
+                    f"declare a param with 'param {found.name} = NUMBER', or register a Python metric under the "
+                    "entry point group nlqo.metrics (docs/cost-models.md)",
                 )
         return cls(
             name=name, expression=expression, params=found_params, metrics=known, description=description, source=source
@@ -250,4 +289,5 @@ def load_cost_model(
 ) -> CostModel:
     """Load a cost model by name (searched on the resource path) or file path."""
     file = find("cost_models", name_or_path, ".cost", path)
-    return CostModel.parse(file.read_text(), name=file.stem, source=str(file), metrics=metrics, params=params)
+    text = read_text(file, "a cost-model file (.cost)")
+    return CostModel.parse(text, name=file.stem, source=str(file), metrics=metrics, params=params)

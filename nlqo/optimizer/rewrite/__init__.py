@@ -16,6 +16,7 @@ import attrs
 from nlqo.errors import ConfigError
 from nlqo.ir import Atom, Query
 from nlqo.optimizer.plan import LeftOut
+from nlqo.common.paths import read_text
 from nlqo.common.resources import find
 
 
@@ -58,7 +59,7 @@ def load_rules(name_or_path: str = "default", path: Sequence[str | Path] = ()) -
     """The ordered rule list of a ``.rules`` file; a bad name is reported with file and line."""
     file = find("rules", name_or_path, ".rules", path)
     rules = []
-    for number, line in enumerate(file.read_text().splitlines(), 1):
+    for number, line in enumerate(read_text(file, "a rule list (.rules)").splitlines(), 1):
         name = line.split("#", 1)[0].strip()
         if not name:
             continue
