@@ -18,7 +18,7 @@ from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage
 from nlqo.runtime.llm.confidence import piece_offsets
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, Matcher, completion
 from nlqo.runtime.llm.llamacpp.loading import DEFAULT_N_CTX_SEQ, DEFAULT_N_SEQ, check_gguf, default_threads
-from nlqo.runtime.llm.llamacpp.request import _Request
+from nlqo.runtime.llm.llamacpp.request import Request
 from nlqo.runtime.llm.llamacpp.runtime import _Runtime
 from nlqo.runtime.llm.tokens import TokenLLM, TokenSegments
 
@@ -164,7 +164,7 @@ class LlamaCppLLM(TokenLLM):
                 self.total = self.total + usage
             return completion(text, usage, "stop" if matcher.done else "length", matcher), tuple(first)
         keep = (len(ids) if remember is None else min(remember, len(ids))) if prefix_cache else 0
-        request = _Request(
+        request = Request(
             owner=self._owner,
             saved=self._saved,
             saved_size=self.prefix_cache_size,

@@ -6,27 +6,11 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-from typing import TYPE_CHECKING, Any
-
-import attrs
+from typing import Any
 
 from nlqo.errors import LLMError
+from nlqo.runtime.llm.llamacpp.request import Request, Slot
 from nlqo.runtime.llm.tokens import common_prefix
-
-if TYPE_CHECKING:
-    from nlqo.runtime.llm.llamacpp.request import _Request
-
-
-@attrs.define(eq=False)
-class _Slot:
-    """One KV sequence of the context and the tokens whose state it holds (positions 0..n-1)."""
-
-    seq: int
-    tokens: tuple[int, ...] = ()
-    owner: int = -1
-    """The handle (:meth:`LlamaCppLLM.fork`) that used it last; only that handle reuses its tokens."""
-    busy: bool = False
-    used: int = 0
 
 
 class Slots:
@@ -36,10 +20,10 @@ class Slots:
 
     def __init__(self, ll: Any, ctx: Any, mem: Any, n_seq: int, *, name: str) -> None:
         self.ll, self.ctx, self.mem, self.name = ll, ctx, mem, name
-        self.slots = [_Slot(seq) for seq in range(n_seq)]
+        self.slots = [Slot(seq) for seq in range(n_seq)]
         self._clock = itertools.count(1)
 
-    def idle(self) -> list[_Slot]:
+    def idle(self) -> list[Slot]:
         return [s for s in self.slots if not s.busy]
 
     def forget(self, owner: int) -> None:
@@ -48,7 +32,7 @@ class Slots:
             if slot.owner == owner and not slot.busy:
                 slot.owner = -1
 
-    def place(self, r: _Request, idle: list[_Slot]) -> None:
+    def place(self, r: Request, idle: list[Slot]) -> None:
         """Choose ``r``'s slot and make its KV state hold the longest reusable prefix of ``r.ids``."""
         ll, limit = self.ll, len(r.ids) - 1  # the last prompt token is always computed: its logits start generation
         best_slot, best_n = None, 0
@@ -85,7 +69,7 @@ class Slots:
         best_slot.busy, best_slot.owner = True, r.owner
         r.slot, r.pos, r.cached = best_slot, best_n, best_n
 
-    def save(self, r: _Request, key: tuple[int, ...]) -> None:
+    def save(self, r: Request, key: tuple[int, ...]) -> None:
         """Copy the KV state of ``r``'s slot (which holds exactly ``key``) to ``r``'s saved prefixes."""
         if r.saved_size <= 0 or key in r.saved:
             if key in r.saved:
@@ -99,7 +83,7 @@ class Slots:
         while len(r.saved) > r.saved_size:
             r.saved.popitem(last=False)
 
-    def release(self, slot: _Slot, tokens: tuple[int, ...], *, clear: bool) -> None:
+    def release(self, slot: Slot, tokens: tuple[int, ...], *, clear: bool) -> None:
         """Free ``slot`` for the next request, holding ``tokens`` (nothing when ``clear``)."""
         if clear:
             self.ll.llama_memory_seq_rm(self.mem, slot.seq, -1, -1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import Callable, Sequence
 
 import attrs
 import numpy as np
@@ -17,12 +17,21 @@ from nlqo.runtime.llm.base import cut_at_stop
 from nlqo.runtime.llm.confidence import Tally
 from nlqo.runtime.llm.constrain import Matcher
 
-if TYPE_CHECKING:
-    from nlqo.runtime.llm.llamacpp.kv import _Slot
+
+@attrs.define(eq=False)
+class Slot:
+    """One KV sequence of the context and the tokens whose state it holds (positions 0..n-1)."""
+
+    seq: int
+    tokens: tuple[int, ...] = ()
+    owner: int = -1
+    """The handle (:meth:`LlamaCppLLM.fork`) that used it last; only that handle reuses its tokens."""
+    busy: bool = False
+    used: int = 0
 
 
 @attrs.define(eq=False)
-class _Request:
+class Request:
     owner: int
     saved: "collections.OrderedDict[tuple[int, ...], bytes]"
     saved_size: int
@@ -34,7 +43,7 @@ class _Request:
     max_tokens: int
     matcher: Matcher | None = None
     """The request's grammar state (None: unconstrained)."""
-    slot: _Slot | None = None
+    slot: Slot | None = None
     pos: int = 0
     """Tokens (prompt, then generated) whose KV state is in the slot."""
     cached: int = 0
@@ -60,7 +69,7 @@ class _Request:
         return self.slot.seq
 
 
-def choose(r: _Request, logits: np.ndarray) -> int:
+def choose(r: Request, logits: np.ndarray) -> int:
     """The greedy token among those ``r``'s grammar allows (any token without one); the lowest id
     wins a tie, so the choice does not depend on what else was in the batch. A grammar that cannot
     go on raises :class:`~nlqo.errors.LLMError`. The distribution is read for the reply's
@@ -68,7 +77,7 @@ def choose(r: _Request, logits: np.ndarray) -> int:
     return r.tally.choose(logits, len(r.generated), None if r.matcher is None else r.matcher.choose)
 
 
-def take(r: _Request, token: int, *, piece: Callable[[int], bytes], is_end: Callable[[int], bool], n_ctx: int) -> bool:
+def take(r: Request, token: int, *, piece: Callable[[int], bytes], is_end: Callable[[int], bool], n_ctx: int) -> bool:
     """Append the chosen ``token`` to ``r``, and the tokens its grammar forces after it; True when
     ``r`` is finished (its ``text`` and ``finish`` set)."""
     r.generated.append(token)

@@ -17,7 +17,7 @@ from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.runtime.llm.constrain import LazyTokenizer, llamacpp_tokenizer
 from nlqo.runtime.llm.llamacpp.kv import Slots
 from nlqo.runtime.llm.llamacpp.loading import _LOG_LINES, PREFILL_CHUNK, _init_backend, _llama
-from nlqo.runtime.llm.llamacpp.request import _Request, choose, take
+from nlqo.runtime.llm.llamacpp.request import Request, choose, take
 
 
 class _Runtime:
@@ -62,8 +62,8 @@ class _Runtime:
         self.batch = ll.llama_batch_init(self.batch_size, 0, 1)
         self.kv = Slots(ll, self.ctx, self.mem, n_seq, name=path.name)
         self._cv = threading.Condition()
-        self._pending: collections.deque[_Request] = collections.deque()
-        self._active: list[_Request] = []
+        self._pending: collections.deque[Request] = collections.deque()
+        self._active: list[Request] = []
         self._eog_cache: dict[int, bool] = {}
         self._piece_cache: dict[int, bytes] = {}
         self.grammar_tokenizer = LazyTokenizer(self._grammar_tokenizer)
@@ -163,7 +163,7 @@ class _Runtime:
 
     # --- requests ------------------------------------------------------------------------------
 
-    def run(self, request: _Request) -> _Request:
+    def run(self, request: Request) -> Request:
         """Queue ``request`` and wait until it is finished (or failed)."""
         if len(request.ids) + 1 > self.n_ctx_seq:
             raise LLMError(
@@ -248,7 +248,7 @@ class _Runtime:
     def _logits(self, i: int) -> np.ndarray:
         return np.ctypeslib.as_array(self.ll.llama_get_logits_ith(self.ctx, i), shape=(self.n_vocab,))
 
-    def _prefill_chunk(self, r: _Request) -> None:
+    def _prefill_chunk(self, r: Request) -> None:
         """Compute the next chunk of ``r``'s prompt; at its end, take the first generated token."""
         end = len(r.ids)
         if r.remember > r.pos:
@@ -265,13 +265,13 @@ class _Runtime:
         if last and token is not None:
             self._take_safely(r, token)
 
-    def _decode_step(self, requests: list[_Request]) -> None:
+    def _decode_step(self, requests: list[Request]) -> None:
         """One batch: each request's reply tokens not yet computed (the last chosen one, and the
         tokens its grammar forced after it), at most a share of the batch each; a request whose
         run is complete gets its next token."""
         room = max(1, self.batch_size // len(requests))
         entries: list[tuple[int, int, int, bool]] = []
-        fed: list[tuple[_Request, int, int]] = []
+        fed: list[tuple[Request, int, int]] = []
         for r in requests:
             done = r.pos - len(r.ids)
             run = r.generated[done : done + room]
@@ -290,7 +290,7 @@ class _Runtime:
             if i >= 0 and (chosen := self._choose(r, i)) is not None:
                 self._take_safely(r, chosen)
 
-    def _choose(self, r: _Request, i: int) -> int | None:
+    def _choose(self, r: Request, i: int) -> int | None:
         """The token to take at batch position ``i`` (None: ``r``'s grammar failed, and ``r`` is
         finished with the error)."""
         try:
@@ -302,7 +302,7 @@ class _Runtime:
             self._finish(r, clear=True)
             return None
 
-    def _take_safely(self, r: _Request, token: int) -> None:
+    def _take_safely(self, r: Request, token: int) -> None:
         """Take ``token`` and finish ``r`` if it is done; a grammar failure ends ``r`` alone, not the batch."""
         try:
             finished = take(r, token, piece=self.piece, is_end=self.is_end, n_ctx=self.n_ctx_seq)
@@ -315,7 +315,7 @@ class _Runtime:
         if finished:
             self._finish(r)
 
-    def _finish(self, r: _Request, *, clear: bool = False) -> None:
+    def _finish(self, r: Request, *, clear: bool = False) -> None:
         with self._cv:
             if r in self._active:
                 self._active.remove(r)
