@@ -148,3 +148,26 @@ def test_names():
     assert canonical_name(str(bundled_path("all-minilm-l6-v2"))) == "all-minilm-l6-v2"
     assert wants_e5_prefixes("intfloat/multilingual-e5-small")
     assert not wants_e5_prefixes("BAAI/bge-small-en-v1.5")
+
+
+@pytest.mark.real_model
+def test_the_similarity_embedders_cache_gives_the_models_vectors_and_loads_nothing_once_warm(tmp_path, monkeypatch):
+    """``nlqo plan`` with the default cost model: the second run reads every vector from the cache."""
+    from nlqo.main import builder
+    from nlqo.runtime.embed_cache import CachedEmbedder
+
+    monkeypatch.setenv("NLQO_CACHE", str(tmp_path))
+    loads = []
+    real = builder.load_embedder
+    monkeypatch.setattr(builder, "load_embedder", lambda name: loads.append(name) or real(name))
+    texts = ["Who directed Jaws?", "Steven Spielberg was born in Cincinnati.", "Who directed Jaws?"]
+    first = builder.similarity_embedder("all-minilm-l6-v2")
+    assert isinstance(first, CachedEmbedder) and loads == []  # nothing loads before a text needs it
+    cold = first.encode(texts)
+    assert loads == ["all-minilm-l6-v2"]
+    warm = builder.similarity_embedder("all-minilm-l6-v2").encode(texts[::-1], kind="query")
+    assert loads == ["all-minilm-l6-v2"]  # the second embedder never loaded the model
+    np.testing.assert_array_equal(warm, cold[::-1])
+    np.testing.assert_allclose(cold, SentenceEmbedder.load().encode(texts), atol=1e-6)
+    assert builder.similarity_embedder("all-minilm-l6-v2").encode(texts, kind="passage").shape == (3, 384)
+    assert loads == ["all-minilm-l6-v2", "all-minilm-l6-v2"]  # another kind is another vector

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from nlqo.config import EngineConfig
 from nlqo.errors import ConfigError, NlqoError
+from nlqo.runtime.embed import DEFAULT_EMBEDDER
 from nlqo.runtime.llm.backends import load_llm
 
 if TYPE_CHECKING:
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
     from nlqo.runtime.llm.base import LLM
     from nlqo.optimizer.optimizer import Optimizer
     from nlqo.common.passages import Embedder, Retriever
-
-DEFAULT_EMBEDDER = "all-minilm-l6-v2"
 
 
 def load_model(config: EngineConfig) -> "LLM":
@@ -58,13 +57,26 @@ def load_embedder(name: str) -> "Embedder":
     return SentenceEmbedder.load(name)
 
 
+def similarity_embedder(name: str) -> "Embedder":
+    """The embedder of a cost model's similarity term: a bundled one behind an on-disk vector cache
+    (:mod:`nlqo.runtime.embed_cache`), so the model loads only for a text it has not seen; another as it is."""
+    from nlqo.common.paths import cache_root
+    from nlqo.runtime.embed import BUNDLED
+    from nlqo.runtime.embed_cache import CachedEmbedder
+
+    key = name.lower()
+    if key not in BUNDLED:
+        return load_embedder(name)
+    return CachedEmbedder(key, cache_root() / "embeddings" / f"{key}.sqlite", lambda: load_embedder(key))
+
+
 def build_optimizer(
     config: EngineConfig, *, llm: "LLM | None" = None, embedder: "Embedder | None" = None
 ) -> "Optimizer":
     """The optimizer ``config`` describes; ``llm`` is asked about undecided atom pairs.
 
-    An embedder is loaded (``config.embedder``, default all-minilm-l6-v2) only when the cost model
-    uses ``similarity`` and none is passed.
+    An embedder (``config.embedder``, default all-minilm-l6-v2) is made only when the cost model
+    uses ``similarity`` and none is passed (:func:`similarity_embedder`).
     """
     from nlqo.optimizer.optimizer import Optimizer
     from nlqo.optimizer.relations import RelationCache
@@ -72,7 +84,7 @@ def build_optimizer(
 
     model = load_cost(config)
     if "similarity" in model.names and embedder is None:
-        embedder = load_embedder(config.embedder or DEFAULT_EMBEDDER)
+        embedder = similarity_embedder(config.embedder or DEFAULT_EMBEDDER)
     cache = None
     if config.relation_cache:
         cache = RelationCache.open(config.relations_cache) if config.relations_cache is not None else RelationCache()

@@ -11,6 +11,7 @@ from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
 from nlqo.errors import ParseFailure
 from nlqo.execution.choice import held_to_options
 from nlqo.parser.questions import check_question
+from nlqo.runtime.embed import DEFAULT_EMBEDDER
 from nlqo.execution.fallback import answer_or_fallback
 from nlqo.execution.physical import BackendProfile, PhysicalPlan
 from nlqo.planner.lower import lower
@@ -107,7 +108,7 @@ class Engine:
             retriever, embedder = builder.open_retrieval(config, embedder=embedder)
             owned.append(retriever)
         if embedder is None:
-            embedder = builder.load_embedder(config.embedder or builder.DEFAULT_EMBEDDER)
+            embedder = builder.load_embedder(config.embedder or DEFAULT_EMBEDDER)
         if llm is None:
             say(f"loading {config.model} ...")
             llm = builder.load_model(config)
