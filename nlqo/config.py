@@ -331,10 +331,18 @@ class EngineConfig:
     policy: str = _setting(
         Policy.BALANCED.value,
         "statistics",
-        "auto: quality takes the best estimated EM, balanced the fastest operator within the best one's interval, "
-        "fast the fastest; structural plans first and lowers by estimated cost (docs/statistics.md)",
+        "auto: quality takes the best estimated EM, balanced the fastest operator whose estimated EM is within "
+        "--em-margin of the best, fast the fastest; structural plans first and lowers by estimated cost "
+        "(docs/statistics.md)",
         Flag(("--policy",)),
         choices=POLICIES,
+    )
+    em_margin: float = _setting(
+        0.01,
+        "statistics",
+        "auto, balanced policy: how far below the best estimated EM an operator may be and still be taken for "
+        "being faster (a fraction: 0.01 is one EM point)",
+        Flag(("--em-margin",), metavar="FRACTION"),
     )
     time_budget: float | None = _setting(
         None,

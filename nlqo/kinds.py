@@ -91,11 +91,17 @@ class StopReason(_Word):
     HELD_TO_OPTIONS = "held_to_options"
     """A choice question's answer was asked again among its options (:mod:`nlqo.execution.choice`)."""
     CASCADE_RETRIEVE = "cascade: retrieve"
-    """The cascade stopped after one retrieval: its answer was supported."""
+    """The cascade stopped after one retrieval: its answer was supported (and, with calibration, confident)."""
     CASCADE_ITERATE = "cascade: iterate"
     """The cascade stopped after iterating: the answer was supported and the rounds agreed."""
     CASCADE_PLAN = "cascade: plan"
     """The cascade escalated to the plan."""
+    CASCADE_ESCALATED = "cascade: escalated"
+    """The cascade escalated a doubtful answer by calibrated confidence and kept the escalated
+    operator's answer (whose own reasons follow)."""
+    CASCADE_KEPT_FIRST = "cascade: kept first"
+    """The cascade escalated a doubtful answer by calibrated confidence but kept the first answer:
+    the calibration trusted it more."""
     ERROR = "error"
     """The run raised (benchmark records only)."""
 
@@ -122,7 +128,9 @@ class Operator(_Word):
     ITERATE = "iterate"
     """Rounds of retrieval and generation (iter-retgen)."""
     CASCADE = "cascade"
-    """RETRIEVE, escalated to ITERATE and then to the plan when an answer is not supported."""
+    """RETRIEVE, escalated when its answer is doubtful: by calibrated confidence to the operator the
+    statistics favour, keeping the answer trusted more; without calibration, to ITERATE and then to
+    the plan when an answer is not supported."""
 
 
 class Policy(_Word):
@@ -131,7 +139,7 @@ class Policy(_Word):
     QUALITY = "quality"
     """The best estimated exact match."""
     BALANCED = "balanced"
-    """The fastest operator whose estimate lies within the best one's interval."""
+    """The fastest operator whose estimated EM is within a margin (``em_margin``) of the best one's."""
     FAST = "fast"
     """The fastest operator."""
     STRUCTURAL = "structural"

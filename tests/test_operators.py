@@ -89,7 +89,7 @@ def test_an_unsupported_answer_escalates_to_iterate_and_agreeing_supported_round
 def test_auto_choosing_an_operator_that_needs_no_plan_does_not_parse_and_explains_why():
     llm = ScriptedLLM([(RAG, "Cincinnati")])
     e = engine(llm, strategy="auto")
-    e.statistics = stats(retrieve=0.40, iterate=0.44, tree=0.30)
+    e.statistics = stats(retrieve=0.435, iterate=0.44, tree=0.30)  # retrieve is within the 1-point margin, faster
     result = e.ask(QUESTION)
     assert result.physical.operator == "retrieve" and len(llm.calls) == 1 and "nlqo IR" not in llm.calls[0]
     text = analyze.text(result, result.physical)

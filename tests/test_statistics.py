@@ -8,10 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nlqo.config import EngineConfig, default
 from nlqo.errors import ConfigError
 from nlqo.eval.collect import collect
 from nlqo.planner.statistics.intervals import wilson
-from nlqo.planner.statistics.policy import Candidate, choose
+from nlqo.planner.statistics.policy import WITHIN, Candidate, choose
 from nlqo.planner.statistics.store import ALL, MIN_CLASS, BUNDLED, load, save
 
 candidates = st.lists(
@@ -48,8 +49,30 @@ def test_quality_is_never_worse_than_balanced_and_balanced_never_slower_than_qua
     quality, balanced, fast = (choose(cands, p).chosen for p in ("quality", "balanced", "fast"))
     assert quality.em >= balanced.em >= min(c.em for c in cands)
     assert fast.seconds <= balanced.seconds <= quality.seconds
-    top = max(c.em for c in cands)  # of several with the top EM, the policy may measure from any one's interval
-    assert balanced.em >= min(c.em_low for c in cands if c.em == top)
+    assert balanced.em >= max(c.em for c in cands) - default("em_margin") - WITHIN  # one EM point by default
+
+
+@settings(max_examples=300)
+@given(candidates, st.floats(0, 1))
+def test_balanced_takes_the_fastest_operator_within_the_margin_of_the_best(cands, margin):
+    pick = choose(cands, "balanced", em_margin=margin).chosen
+    top = max(c.em for c in cands)
+    assert pick.em >= top - margin - WITHIN
+    assert all(c.em < top - margin - WITHIN for c in cands if c.seconds < pick.seconds)  # anything faster is outside
+    # no margin: as good as the best; a margin of everything: the fastest
+    assert choose(cands, "balanced", em_margin=0).chosen.em >= top - WITHIN
+    assert choose(cands, "balanced", em_margin=1).chosen == choose(cands, "fast").chosen
+
+
+def test_the_margin_is_one_em_point_by_default_a_setting_and_a_generated_flag():
+    from nlqo.cli import build_parser
+    from nlqo.cli.options import config_from_args
+
+    assert EngineConfig().em_margin == default("em_margin") == 0.01
+    args = build_parser().parse_args(["ask", "Who directed Jaws?", "--index", "idx", "--em-margin", "0.05"])
+    assert config_from_args(args).em_margin == 0.05
+    with pytest.raises(ConfigError, match="^the EM margin must not be negative, not -0.01$"):
+        choose(CANDS, "balanced", em_margin=-0.01)
 
 
 def test_a_budget_nothing_fits_runs_the_fastest_and_says_so():
@@ -69,14 +92,19 @@ def test_each_policy_says_why_it_chose_and_keeps_the_candidates():
     reasons = {p: (choose(CANDS, p).operator, choose(CANDS, p).reason) for p in ("quality", "balanced", "fast")}
     assert reasons == {
         "quality": ("iterate", "best estimated EM 44.0%"),
-        "balanced": (
-            "retrieve",
-            "fastest (est. 8.0 s) whose EM 40.0% lies within the best one's interval (iterate 44.0% [34.0%, 54.0%], n=50)",
+        "balanced": (  # retrieve's 40.0% is 4 points below: outside the default margin of one
+            "iterate",
+            "fastest (est. 13.0 s) whose EM 44.0% is within the margin of 1 EM point of the best (iterate 44.0%, n=50)",
         ),
         "fast": ("retrieve", "fastest, est. 8.0 s"),
     }
+    wide = choose(CANDS, em_margin=0.05)
+    assert (wide.operator, wide.reason) == (
+        "retrieve",
+        "fastest (est. 8.0 s) whose EM 40.0% is within the margin of 5 EM points of the best (iterate 44.0%, n=50)",
+    )
     choice = choose(CANDS)
-    assert (choice.policy, choice.candidates, choice.chosen) == ("balanced", tuple(CANDS), CANDS[0])
+    assert (choice.policy, choice.candidates, choice.chosen) == ("balanced", tuple(CANDS), CANDS[1])
     # a budget the operator's estimate just meets keeps it
     within = choose(CANDS, "quality", time_budget=13)
     assert (within.operator, within.reason) == ("iterate", "best estimated EM 44.0%; time budget 13 s")
@@ -92,9 +120,11 @@ def test_ties_go_to_the_better_estimate_or_the_faster_operator():
     assert choose([slow, quick], "quality").operator == "linear"  # as good, faster
     worse, better = Candidate("retrieve", 0.3, 0.2, 0.4, 50, 5.0), Candidate("iterate", 0.6, 0.5, 0.7, 50, 5.0)
     assert choose([worse, better], "fast").operator == "iterate"  # as fast, better
-    # an estimate exactly at the lower end of the best one's interval lies within it
-    best, edge = Candidate("tree", 0.5, 0.4, 0.6, 50, 20.0), Candidate("retrieve", 0.4, 0.3, 0.5, 50, 5.0)
+    # an estimate exactly one EM point below the best lies within the margin; a little lower does not
+    best, edge = Candidate("tree", 0.5, 0.4, 0.6, 50, 20.0), Candidate("retrieve", 0.49, 0.39, 0.59, 50, 5.0)
     assert choose([best, edge], "balanced").operator == "retrieve"
+    below = Candidate("retrieve", 0.4899, 0.39, 0.59, 50, 5.0)
+    assert choose([best, below], "balanced").operator == "tree"
 
 
 def test_choosing_from_no_statistics_or_with_the_structural_policy_is_a_configuration_error():

@@ -1,5 +1,7 @@
 """``nlqo analyze --index DIR --questions FILE``: measure every operator on a labelled sample of
-your questions and store the statistics ``auto`` chooses by beside the index (docs/statistics.md)."""
+your questions and store the statistics ``auto`` chooses by beside the index, with the calibration
+of the model's confidence (docs/statistics.md). ``--refit`` rebuilds them from the records already
+there, running nothing."""
 
 from __future__ import annotations
 
@@ -22,19 +24,20 @@ def register(subparsers) -> None:
         help="measure each operator on a labelled sample of your questions (statistics for auto)",
         description="Run every operator on the first N questions of a labelled question file (the bench's "
         "format), one question at a time, and store per operator and question class: exact match and F1 "
-        "with 95%% intervals, supported-answer rate, seconds, tokens and LLM calls, in statistics.json "
-        "beside the index, with the model, runtime, embedder, k, retrieval mode and index they were "
-        "measured on. 'nlqo ask' and 'nlqo explain' then choose operators by them. A killed run resumes "
-        "where it stopped when run again.",
+        "with 95% intervals, supported-answer rate, seconds, tokens and LLM calls, and the calibration of the "
+        "model's confidence (each feature's AUROC for exact match, the escalation table, the cascade's fitted "
+        "threshold and target), in statistics.json beside the index, with the model, runtime, embedder, k, "
+        "retrieval mode and index they were measured on. 'nlqo ask' and 'nlqo explain' then choose operators "
+        "by them. A killed run resumes where it stopped when run again; --refit rebuilds the file from the "
+        "records without running anything.",
         epilog="Example: nlqo analyze --index .nlqo/demo-index --questions examples/demo_questions.jsonl --sample 6 "
         "--model smollm2-135m",
     )
     p.add_argument("--index", required=True, type=Path, metavar="DIR", help="index folder built by 'nlqo index'")
     p.add_argument(
         "--questions",
-        required=True,
         metavar="FILE",
-        help="questions with answers (.jsonl or .jsonl.gz: id, question, answers)",
+        help="questions with answers (.jsonl or .jsonl.gz: id, question, answers); required unless --refit",
     )
     p.add_argument("--sample", type=int, default=50, metavar="N", help="the first N questions (default: %(default)s)")
     p.add_argument(
@@ -53,6 +56,12 @@ def register(subparsers) -> None:
     p.add_argument(
         "--records", type=Path, metavar="FOLDER", help=f"where the per-question records go (default: DIR/{RECORDS})"
     )
+    p.add_argument(
+        "--refit",
+        action="store_true",
+        help="run nothing: rebuild the statistics and their calibration from the records already in the records "
+        "folder (the run that wrote them names the model, k and questions)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -70,8 +79,16 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"{args.index}: not an nlqo index (no manifest.json); build one with 'nlqo index SOURCE --out {args.index}'"
         )
-    model = args.model
     folder = args.records or args.index / RECORDS
+    if args.refit:
+        if not (folder / "run.json").is_file():
+            raise ConfigError(
+                f"{folder}: no analyze records to refit (no run.json); run 'nlqo analyze' without --refit"
+            )
+        return write(statistics_of(folder, args.index), args.out, args.index)
+    if not args.questions:
+        raise ConfigError("--questions FILE is required (unless --refit rebuilds from the records)")
+    model = args.model
     bench = [
         "bench", "--questions", args.questions, "--index", str(args.index), "--out", str(folder), "--limit", str(args.sample),
         "--strategies", ",".join(operators), "--model", model, "--runtime", args.runtime, "-k", str(args.k), "--retrieval", args.retrieval,
@@ -82,11 +99,17 @@ def run(args: argparse.Namespace) -> int:
     bench_args = build_parser().parse_args(bench)
     if bench_args.func(bench_args) != 0:
         return 1
-    stats = statistics_of(folder, args.index)
+    return write(statistics_of(folder, args.index), args.out, args.index)
+
+
+def write(stats, out: Path | None, index: Path) -> int:
+    """Save ``stats`` (to ``out``, else beside ``index``) and print their tables."""
     from nlqo.planner.statistics.store import FILENAME, save
 
-    path = save(stats, args.out or args.index / FILENAME)
+    path = save(stats, out or index / FILENAME)
     print(table(stats))
+    print()
+    print(calibration_table(stats.calibration))
     print(
         f"nlqo: wrote {path} ({stats.sample.get('questions', '?')} questions); 'nlqo ask' and 'nlqo explain' now choose by it",
         file=sys.stderr,
@@ -140,4 +163,64 @@ def table(stats) -> str:
             lines.append(
                 f"| {op} | {name} | {s.n} | {s.em:.1%} [{s.em_low:.1%}, {s.em_high:.1%}] | {s.f1:.2f} | {s.supported:.0%} | {s.seconds:.1f} | {s.llm_calls:.1f} |"
             )
+    return "\n".join(lines)
+
+
+def calibration_table(cal) -> str:
+    """The calibration as tables: each operator's AUROC per feature (95% interval, n), the escalation
+    table, and the cascade plan with the shares it was fitted over."""
+    from nlqo.planner.statistics.calibration import FEATURES, SIGNALS
+
+    if cal is None:
+        return "Calibration: none (no record carries the model's confidence: its backend reads none, or the records are older)"
+    ops = list(cal.operators)
+    lines = [
+        f"Calibration: AUROC for exact match, 95% interval, n ({cal.method}); * the operator's best feature",
+        "",
+        "| feature | " + " | ".join(ops) + " |",
+        "|---|" + "---|" * len(ops),
+    ]
+    for name in (*FEATURES, *SIGNALS):
+        cells = []
+        for op in ops:
+            d = cal.operators[op].features.get(name)
+            if d is None or d.auroc is None:
+                cells.append("-")
+            else:
+                star = "*" if name == cal.operators[op].best else ""
+                cells.append(f"{d.auroc:.2f}{star} [{d.low:.2f}, {d.high:.2f}] n={d.n}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if cal.escalation:
+        lines += ["", "Escalation: each operator's EM on the questions where X's best feature is lowest", ""]
+        lines += ["| X | part | n | " + " | ".join(ops) + " |", "|---|---|---|" + "---|" * len(ops)]
+        for x, rows in cal.escalation.items():
+            for row in rows:
+                cells = [f"{row.em[op]:.1%}" if op in row.em else "-" for op in ops]
+                lines.append(
+                    f"| {x} | lowest {row.part} (< {row.threshold:.2f}) | {row.n} | " + " | ".join(cells) + " |"
+                )
+    plan = cal.cascade
+    if plan is None:
+        lines += ["", "Cascade: no calibrated plan (it needs calibrated retrieve and another operator): by support"]
+        return "\n".join(lines)
+    whole = plan.mixes["all"]
+    when = "it is unsupported (no confidence threshold)"
+    if plan.threshold is not None:
+        when = f"{plan.feature} < {plan.threshold:.3f} or it is unsupported"
+    lines += [
+        "",
+        f"Cascade: escalate retrieve's answer when {when}, to "
+        f"{plan.target}; keep the answer trusted more. On the sample (n={plan.n}): {whole.escalated:.0%} escalated, "
+        f"{whole.kept_first:.0%} of those kept the first answer; EM {whole.em:.1%} [{whole.em_low:.1%}, "
+        f"{whole.em_high:.1%}], {whole.seconds:.1f} s",
+        "",
+        "| least confident share | threshold | target | target's EM there | escalated | EM | seconds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for o in plan.options:
+        mark = " (chosen)" if o.share == plan.share else ""
+        shown = "-" if o.threshold is None else f"{o.threshold:.3f}"
+        lines.append(
+            f"| {o.share:.0%}{mark} | {shown} | {o.target} | {o.target_em:.1%} | {o.escalated:.0%} | {o.em:.1%} | {o.seconds:.1f} |"
+        )
     return "\n".join(lines)

@@ -212,7 +212,7 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     for flag in ("rules", "budget", "beam", "max_atoms"):
         if getattr(args, flag, default(flag)) != default(flag):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
-    for flag in ("policy", "time_budget", "statistics"):
+    for flag in ("policy", "em_margin", "time_budget", "statistics"):
         if getattr(args, flag, None) not in (None, default(flag)):
             cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     for folder in getattr(args, "path", None) or ():

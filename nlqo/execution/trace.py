@@ -76,6 +76,9 @@ class Step:
     confidence: Confidence | None = None
     """How sure the model was of the step's reply (llm steps whose backend reads it; not the parse
     and relations steps, which stand for several calls): :mod:`nlqo.runtime.llm.confidence`."""
+    decision: tuple[tuple[str, Any], ...] = ()
+    """The numbers a decision was taken by (stop steps of a cascade): the feature, its value, the
+    threshold, the probabilities of being right, the answer kept and why; as ``(name, value)`` pairs."""
 
     @classmethod
     def llm(
@@ -117,6 +120,10 @@ class Step:
             del d["calls"], d["confidence"]
         elif self.confidence is not None:
             d["confidence"] = self.confidence.to_dict()
+        if self.decision:
+            d["decision"] = dict(self.decision)
+        else:
+            del d["decision"]
         return d
 
 

@@ -10,7 +10,7 @@ from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import NOT_ANSWERS, RunResult, Step, confidence_dict
-from nlqo.kinds import Operator
+from nlqo.kinds import Operator, StepKind
 from nlqo.optimizer.plan import ROOT
 from nlqo.runtime.llm.confidence import Confidence
 
@@ -206,6 +206,7 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
             else "Answer: (none: no usable answer in the retrieved passages)"
         )
         lines += answer_confidence_lines(result.confidence)
+        lines += [f"Cascade: {d['text']}" for d in decisions(result)]
         if any(s.confidence is not None for s in result.trace):
             lines.append(
                 "(logprob = mean/min log-probability of the tokens the model chose, entropy = mean/max of their "
@@ -215,6 +216,14 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
         "(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])"
     )
     return "\n".join(lines)
+
+
+def decisions(result: RunResult) -> list[dict[str, Any]]:
+    """The cascade's decisions, in order: each its text and the numbers it was taken by (the feature,
+    its value, the threshold, the probabilities of being right, the answer kept and why)."""
+    from nlqo.execution.operators.cascade import NODE
+
+    return [{"text": s.text, **dict(s.decision)} for s in result.trace if s.node == NODE and s.kind == StepKind.STOP]
 
 
 def answer_confidence_lines(c: Confidence | None) -> list[str]:
@@ -260,6 +269,8 @@ def to_dict(
         "parsed": physical.parsed,
         "choice": None if physical.choice is None else choice_dict(physical.choice, result),
     }
+    if result is not None:
+        data["physical"]["decisions"] = decisions(result)
     if result is not None and trace:
         data["analyze"] = result.to_dict(texts=True)
     return data

@@ -13,6 +13,7 @@ Parts passed in (``llm=``, ``retriever=``, ``embedder=``) are used instead of lo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nlqo.config import EngineConfig
@@ -137,3 +138,18 @@ def load_statistics(config: EngineConfig, identity: dict):
     if config.statistics is not None:
         return store.check(store.load(config.statistics), identity)
     return store.for_index(config.index, identity)
+
+
+def load_calibration(config: EngineConfig, identity: dict):
+    """The statistics a forced cascade escalates by (their calibration): those :func:`load_statistics`
+    finds, or None when they were measured on another setup (the cascade then decides by support, as
+    a forced strategy reads no statistics it cannot use); an unreadable file is still an error."""
+    from nlqo.planner.statistics import store
+
+    if config.statistics is not None:
+        stats = store.load(config.statistics)
+    elif config.index is not None and (Path(config.index) / store.FILENAME).is_file():
+        stats = store.load(Path(config.index) / store.FILENAME)
+    else:
+        stats = store.load(store.BUNDLED, bundled=True)
+    return None if store.differences(stats, identity) else stats

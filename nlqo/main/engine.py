@@ -27,7 +27,8 @@ from nlqo.execution.operators.retrieve import RETRIEVE
 from nlqo.execution.operators.template import TEMPLATE
 from nlqo.parser.questions import question_class
 from nlqo.planner.statistics.policy import Candidate, Choice, choose
-from nlqo.planner.statistics.store import Statistics, differences
+from nlqo.planner.statistics.calibration import Trust
+from nlqo.planner.statistics.store import MIN_CLASS, Statistics, differences
 from nlqo.common.passages import Embedder, Retriever
 from nlqo.optimizer.plan import Plan
 
@@ -69,7 +70,8 @@ class Engine:
     profile: BackendProfile = BackendProfile()
     config: EngineConfig = EngineConfig()
     statistics: Statistics | None = None
-    """Operator statistics ``auto`` chooses by (``nlqo analyze``; else the bundled defaults)."""
+    """Operator statistics ``auto`` chooses by (``nlqo analyze``; else the bundled defaults); their
+    calibration is what the cascade escalates by (:attr:`calibration`)."""
     identity: dict = attrs.field(factory=dict)
     """What this engine runs on (model, runtime, embedder, k, retrieval, index digest), as statistics record it."""
     owned: tuple = attrs.field(default=(), repr=False)
@@ -117,6 +119,8 @@ class Engine:
         identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
         chooses = config.strategy == "auto" and config.policy != "structural"
         statistics = builder.load_statistics(config, identity) if chooses else None
+        if config.strategy == Operator.CASCADE:  # a forced cascade escalates by their calibration, if it fits
+            statistics = builder.load_calibration(config, identity)
         if profile is None:
             caps = capabilities(llm)
             profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
@@ -158,6 +162,20 @@ class Engine:
     @property
     def k(self) -> int:
         return self.config.k
+
+    @property
+    def calibration(self) -> Trust | None:
+        """What a cascade escalates by (:class:`~nlqo.execution.operators.base.Context.calibration`):
+        the statistics' calibration, when they have one with a cascade plan; bundled defaults only
+        when measured on this setup (their confidence figures are their model's)."""
+        return self._trust(self.statistics)
+
+    def _trust(self, stats: Statistics | None) -> Trust | None:
+        if stats is None or stats.calibration is None:
+            return None
+        if stats.bundled and differences(stats, self.identity):
+            return None
+        return stats.calibration.trust()
 
     def state(self, owner: str, make):
         """What operator ``owner`` keeps across this engine's questions, made on first use
@@ -236,15 +254,23 @@ class Engine:
 
         stats = self.statistics or load(BUNDLED, bundled=True)
         kind = question_class(question)
+        scale = self._time_scale(stats)
+        trust = self._trust(stats)
         candidates = []
         for operator in OPERATORS:
             got = stats.get(operator, kind)
-            if got is not None:
-                s, basis = got
+            if operator == Operator.CASCADE and trust is not None:  # the mix it will run, replayed on the sample
+                mix, basis = trust.plan.mix(str(kind), MIN_CLASS)
+                basis = f"{basis}; calibrated mix: {mix.escalated:.0%} escalated to {trust.target}"
                 candidates.append(
-                    Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * self._time_scale(stats), basis)
+                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, mix.seconds * scale, basis)
                 )
-        choice = choose(candidates, self.config.policy, time_budget=self.config.time_budget)
+            elif got is not None:
+                s, basis = got
+                candidates.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * scale, basis))
+        choice = choose(
+            candidates, self.config.policy, time_budget=self.config.time_budget, em_margin=self.config.em_margin
+        )
         note = stats.describe()
         if stats.bundled:
             diff = differences(stats, self.identity)

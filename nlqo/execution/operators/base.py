@@ -13,11 +13,45 @@ if TYPE_CHECKING:
     from nlqo.execution.trace import RunResult, Trace
     from nlqo.optimizer.plan import Plan
     from nlqo.runtime.llm.base import LLM
+    from nlqo.runtime.llm.confidence import Confidence
 
 T = TypeVar("T")
 
 PLANNED = "planned"
 """The strategy that parses, plans and lowers by structural cost (what a cascade escalates to)."""
+
+
+class Calibrated(Protocol):
+    """What a cascade escalates by: confidence calibrated against exact match on ``nlqo analyze``'s
+    sample (:class:`nlqo.planner.statistics.calibration.Trust` is one)."""
+
+    @property
+    def target(self) -> str:
+        """The operator a doubtful first answer escalates to."""
+        ...
+
+    @property
+    def feature(self) -> str:
+        """The first operator's calibrated confidence feature."""
+        ...
+
+    @property
+    def threshold(self) -> float | None:
+        """Below it the first answer is doubtful (None: only an unsupported answer is)."""
+        ...
+
+    def feature_of(self, operator: str) -> str | None:
+        """An operator's calibrated feature."""
+        ...
+
+    def value(self, operator: str, confidence: "Confidence | None") -> float | None:
+        """An answer's calibrated feature, for the operator that gave it; None when not known."""
+        ...
+
+    def probability(self, operator: str, confidence: "Confidence | None", signals: Mapping[str, bool]) -> float | None:
+        """The probability that the operator's answer is right, from its confidence and its 0/1
+        signals (``supported``, ``agree``); None when not known."""
+        ...
 
 
 class Context(Protocol):
@@ -32,8 +66,18 @@ class Context(Protocol):
     @property
     def k(self) -> int: ...
 
+    @property
+    def calibration(self) -> Calibrated | None:
+        """The calibration a cascade escalates by, when the statistics have one for this setup."""
+        ...
+
     def plan(self, question: str, *, strategy: str | None = None, trace: "Trace | None" = None) -> Any:
         """Parse, optimise and lower ``question`` for ``strategy`` (:data:`PLANNED`: by structural cost)."""
+        ...
+
+    def prepare(self, question: str, *, strategy: str, trace: "Trace") -> Any:
+        """What ``strategy`` (an operator) runs for ``question`` when forced: the question as one
+        atom for an operator that needs no plan, else parsed, optimised and lowered."""
         ...
 
     def run_planned(self, question: str, planned: Any, strategy: str, trace: "Trace") -> "RunResult":

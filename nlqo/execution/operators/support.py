@@ -31,6 +31,14 @@ _UNKNOWN = re.compile(
 )
 
 
+SUPPORTED = "supported"
+"""The 0/1 signal that an answer is supported (:func:`support`), as calibration reads it."""
+AGREE = "agree"
+"""The 0/1 signal that iterate's rounds gave the same answer, as calibration reads it."""
+SIGNALS = (SUPPORTED, AGREE)
+"""An answer's 0/1 signals beside the model's confidence (:mod:`nlqo.planner.statistics.calibration`)."""
+
+
 @attrs.frozen
 class Support:
     supported: bool

@@ -5,11 +5,16 @@ The engine uses them only where they match its model, runtime, embedder, k, retr
 index; a mismatch is refused with the difference named (:func:`check`). Without a file the
 engine falls back to the bundled defaults (``default.json`` here, measured on the shared dev sets'
 first 50 questions), and EXPLAIN says so.
+
+Since version 2 a file also carries the sample's calibration (how well the model's confidence tells
+right answers from wrong ones, and the cascade's escalation fitted from it:
+:mod:`nlqo.planner.statistics.calibration`); a version-1 file reads as statistics without one.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,15 +22,17 @@ from typing import Any, Mapping
 import attrs
 
 from nlqo.errors import ConfigError
+from nlqo.planner.statistics.calibration import ALL, Calibration
 
 FILENAME = "statistics.json"
 FORMAT = "nlqo-statistics"
-VERSION = 1
-"""Version of the statistics file format; a file of another version is refused."""
+VERSION = 2
+"""Version of the statistics file format (2 added the calibration); version 1 reads as statistics
+without calibration, any other version is refused."""
+READABLE = (1, VERSION)
+"""Versions :func:`load` reads."""
 IDENTITY = ("model", "runtime", "embedder", "k", "retrieval", "index_digest")
 """What statistics must have been measured on to be used (``measured_on``)."""
-ALL = "all"
-"""The class key of statistics over every question of the sample."""
 MIN_CLASS = 8
 """Questions a class needs in the sample before its own statistics are used instead of ``all``."""
 BUNDLED = Path(__file__).with_name("default.json")
@@ -60,6 +67,9 @@ class Statistics:
     """The backend's per-token prefill cost when measured, to scale seconds to another machine."""
     path: str = ""
     bundled: bool = False
+    calibration: Calibration | None = None
+    """The sample's calibration (confidence against exact match, the cascade's escalation); None
+    for a version-1 file or a sample without confidence."""
 
     def get(self, operator: str, question_class: str) -> tuple[OperatorStats, str] | None:
         """An operator's statistics for a class, or over all questions when the class has fewer
@@ -88,27 +98,59 @@ class Statistics:
             "operators": {
                 op: {c: attrs.asdict(s) for c, s in classes.items()} for op, classes in self.operators.items()
             },
+            "calibration": None if self.calibration is None else self.calibration.to_dict(),
         }
 
 
 def load(path: str | Path, *, bundled: bool = False) -> Statistics:
-    """Read a statistics file; a file that is not one is a :class:`ConfigError` naming it."""
+    """Read a statistics file; a file that is not one is a :class:`ConfigError` naming it. A
+    version-1 file has no calibration."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != FORMAT:
             raise ValueError(f"not an nlqo statistics file (format {data.get('format')!r})")
-        if data.get("version") != VERSION:
-            raise ValueError(f"version {data.get('version')!r}; this nlqo reads version {VERSION}")
+        if data.get("version") not in READABLE:
+            raise ValueError(f"version {data.get('version')!r}; this nlqo reads versions {READABLE[0]} to {VERSION}")
         operators = {
-            op: {c: OperatorStats(**s) for c, s in classes.items()} for op, classes in data["operators"].items()
+            op: {c: _operator_stats(f"operators.{op}.{c}", s) for c, s in classes.items()}
+            for op, classes in data["operators"].items()
         }
+        _check_shape(data)
+        calibration = data.get("calibration") if data["version"] >= 2 else None
         return Statistics(
             measured_on=data["measured_on"], operators=operators, sample=data.get("sample", {}), source=data.get("source", "?"),
             prefill_ms_per_token=data.get("prefill_ms_per_token"), path=str(path), bundled=bundled,
+            calibration=None if calibration is None else Calibration.from_dict(calibration),
         )  # fmt: skip
+    except RecursionError:
+        raise ConfigError(f"{path}: cannot read statistics: JSON nested too deeply; rebuild them with 'nlqo analyze'") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{path}: cannot read statistics: {exc}; rebuild them with 'nlqo analyze'") from None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _operator_stats(where: str, fields: Any) -> OperatorStats:
+    """One operator's statistics as JSON holds them; a field that is not a finite number is a ValueError
+    naming it (``auto`` compares and scales them)."""
+    stats = OperatorStats(**fields)
+    for name, value in attrs.asdict(stats).items():
+        if not _number(value):
+            raise ValueError(f"{where}.{name} is {json.dumps(value)[:40]}, not a number")
+    return stats
+
+
+def _check_shape(data: Mapping[str, Any]) -> None:
+    """The fields besides the operators' have their types (a fuzzed file found each one unchecked)."""
+    for name, kind, what in (("measured_on", dict, "an object"), ("sample", dict, "an object"), ("source", str, "a string")):
+        if name in data and not isinstance(data[name], kind):
+            raise ValueError(f"{name} is {json.dumps(data[name])[:40]}, not {what}")
+    prefill = data.get("prefill_ms_per_token")
+    if prefill is not None and not _number(prefill):
+        raise ValueError(f"prefill_ms_per_token is {json.dumps(prefill)[:40]}, not a number")
 
 
 def save(stats: Statistics, path: str | Path) -> Path:

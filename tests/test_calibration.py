@@ -1,0 +1,251 @@
+"""Calibration of the model's confidence (issue 50): AUROC against a brute-force pair count, the fit
+on an analyze sample (features, escalation table, cascade plan, its replayed mix), its storage in the
+statistics file, version-1 files, and ``auto`` weighing the cascade as the mix it will run."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fakes import PASSAGES, HashEmbedder, KeywordRetriever
+from nlqo.config import EngineConfig
+from nlqo.errors import ConfigError
+from nlqo.eval.collect import calibrate, collect, refit
+from nlqo.main.engine import Engine
+from nlqo.planner.statistics.calibration import (
+    Calibration,
+    FEATURES,
+    Logistic,
+    OperatorCalibration,
+    Row,
+    auroc,
+    auroc_interval,
+    fit,
+    mix,
+    replay,
+)
+from nlqo.planner.statistics.store import BUNDLED, VERSION, load, save
+from nlqo.runtime.llm import ScriptedLLM
+from nlqo.runtime.llm.scripted import word_confidence
+
+scores = st.one_of(st.integers(-3, 3).map(float), st.floats(-1e6, 1e6, allow_nan=False))
+
+
+@settings(max_examples=400)
+@given(st.lists(st.tuples(scores, st.booleans()), max_size=40))
+def test_auroc_is_the_share_of_right_wrong_pairs_ranked_right_with_ties_counted_half(pairs):
+    values, labels = [s for s, _ in pairs], [y for _, y in pairs]
+    right, wrong = [s for s, y in pairs if y], [s for s, y in pairs if not y]
+    got = auroc(values, labels)
+    if not right or not wrong:
+        assert got is None
+        return
+    brute = sum(1.0 if r > w else 0.5 if r == w else 0.0 for r in right for w in wrong) / (len(right) * len(wrong))
+    assert got == pytest.approx(brute, abs=1e-12)
+    assert auroc([-v for v in values], labels) == pytest.approx(1 - brute, abs=1e-12)  # reversed ranking
+
+
+@settings(max_examples=50)
+@given(st.lists(st.tuples(scores, st.booleans()), min_size=2, max_size=30))
+def test_the_bootstrap_interval_is_ordered_within_zero_and_one_and_repeatable(pairs):
+    values, labels = [s for s, _ in pairs], [y for _, y in pairs]
+    low, high = auroc_interval(values, labels)
+    assert 0.0 <= low <= high <= 1.0
+    assert auroc_interval(values, labels) == (low, high)  # a fixed seed
+
+
+def test_auroc_counts_exactly_on_a_known_sample():
+    # right answers score 3, 2, 2; wrong ones 2, 1: pairs (3>2, 3>1, 2=2, 2>1, 2=2, 2>1) = 5 of 6
+    assert auroc([3, 2, 2, 2, 1], [True, True, True, False, False]) == pytest.approx(5 / 6)
+    with pytest.raises(ValueError, match="3 scores but 2 labels"):
+        auroc([1, 2, 3], [True, False])
+
+
+# A sample of 30 questions: retrieve's confidence rises with i and it is right only on confident
+# questions (16, 18, ..., 28, 29); the template is right on most of retrieve's least confident ones
+# (0-6, 8, 10), sure when right and unsure when wrong; iterate is right on 1 and 29.
+N = 30
+RETRIEVE_RIGHT = {16, 18, 20, 22, 24, 26, 28, 29}
+LINEAR_RIGHT = {0, 1, 2, 3, 4, 5, 6, 8, 10}
+ITERATE_RIGHT = {1, 29}
+SECONDS = {"standard-rag": 8.0, "linear": 20.0, "iter-retgen": 13.0}
+
+
+def lp(i: int) -> float:
+    return round(-3.0 + 0.1 * i, 2)
+
+
+def record(i: int, strategy: str, right: bool, logprob: float) -> dict:
+    return {
+        "qid": f"q{i}", "strategy": strategy, "question": f"Who was person {i}?", "answer": "Someone",
+        "em": float(right), "f1": float(right), "seconds": SECONDS[strategy], "prompt_tokens": 100,
+        "generated_tokens": 2, "llm_calls": 1, "trace": [],
+        "confidence": word_confidence("Someone", logprob=logprob).to_dict(),
+    }  # fmt: skip
+
+
+def sample() -> list[dict]:
+    out = []
+    for i in range(N):
+        out.append(record(i, "standard-rag", i in RETRIEVE_RIGHT, lp(i)))
+        out.append(record(i, "linear", i in LINEAR_RIGHT, -0.2 if i in LINEAR_RIGHT else -2.0))
+        out.append(record(i, "iter-retgen", i in ITERATE_RIGHT, -1.0))
+    return out
+
+
+def test_the_fit_measures_each_feature_and_names_the_best():
+    cal = calibrate(sample())
+    assert set(cal.operators) == {"retrieve", "linear", "iterate"} and cal.n == N
+    retrieve = cal.operators["retrieve"]
+    # confidence rises with i; of the 8 x 22 right-wrong pairs, 155 are ranked right (the 16 least confident
+    # questions are wrong, and 17, 19, ..., 27 between the right ones)
+    assert retrieve.features["reply.mean_logprob"].auroc == pytest.approx(155 / 176)
+    assert retrieve.features["reply.mean_logprob"].n == N
+    assert retrieve.features["reply.-mean_entropy"].auroc == 0.5  # constant: chance
+    assert retrieve.best == "answer.mean_logprob" and retrieve.model is not None and retrieve.model.n == N
+    assert retrieve.features["answer.mean_logprob"].right == len(RETRIEVE_RIGHT)
+    assert cal.operators["iterate"].features["reply.min_logprob"].auroc == 0.5
+    assert set(retrieve.features) == set(FEATURES)  # no passage texts given: no 'supported' signal
+    # the mapping is monotone in the feature
+    p = [retrieve.probability(word_confidence("x", logprob=v), {}) for v in (-3.0, -1.5, -0.1)]
+    assert p[0] < p[1] < p[2]
+
+
+def test_the_escalation_table_gives_each_operator_s_em_on_the_least_confident_questions():
+    cal = calibrate(sample())
+    third, half = cal.escalation["retrieve"]
+    assert (third.part, third.n, third.threshold) == ("third", 10, pytest.approx(lp(10)))
+    assert third.em == pytest.approx({"retrieve": 0.0, "linear": 0.8, "iterate": 0.1})
+    assert (half.part, half.n) == ("half", 15)
+    assert half.em == pytest.approx({"retrieve": 0.0, "linear": 9 / 15, "iterate": 1 / 15})
+
+
+def test_the_cascade_plan_escalates_the_doubtful_half_to_the_template_and_estimates_the_mix():
+    plan = calibrate(sample()).cascade
+    assert (plan.feature, plan.target, plan.share, plan.n) == ("answer.mean_logprob", "linear", 0.5, N)
+    assert plan.threshold == pytest.approx(lp(15))
+    whole = plan.mixes["all"]
+    # retrieve's 8 right answers are all confident; of the 15 escalated, the template's 9 right answers are kept
+    assert whole.em == pytest.approx(17 / N) and whole.escalated == 0.5
+    assert whole.seconds == pytest.approx(8.0 + 0.5 * 20.0)
+    # with no doubtful question (share 0, no supported signal) every target ties: the fastest is named
+    assert [(o.share, o.target) for o in plan.options] == [
+        (0, "iterate"),
+        (0.25, "linear"),
+        (1 / 3, "linear"),
+        (0.5, "linear"),
+    ]
+    assert [round(o.em * N) for o in plan.options] == [8, 15, 16, 17]  # nothing, 7, 8 and 9 answers gained
+    assert plan.options[0].threshold is None and plan.options[0].escalated == 0.0
+
+
+def test_the_replay_keeps_the_first_answer_where_the_escalated_one_is_trusted_less():
+    def sure(value: float) -> OperatorCalibration:  # P(right) = sigmoid(value)
+        model = Logistic(("reply.mean_logprob",), (0.0,), (1.0,), (1.0,), 0.0, 40)
+        return OperatorCalibration(40, 0.5, {}, "reply.mean_logprob", model)
+
+    def row(key: str, right: bool, value: float, seconds: float) -> Row:
+        return Row(key, "other", float(right), seconds, word_confidence("x", logprob=value))
+
+    firsts = [row("a", True, -2.0, 8.0), row("b", False, -2.0, 8.0), row("c", True, 0.0, 8.0)]
+    # a: the escalated answer is trusted less (sigmoid(-3) < sigmoid(-2)): the first, right, is kept;
+    # b: the escalated answer is trusted more and right; c: confident, never escalated
+    escalated = {"a": row("a", False, -3.0, 20.0), "b": row("b", True, 1.0, 20.0), "c": row("c", False, 2.0, 20.0)}
+    outcomes = replay(firsts, -1.0, "linear", escalated, sure(0), sure(0))
+    assert [(o.em, o.escalated, o.kept_first, o.seconds) for o in outcomes] == [
+        (1.0, True, True, 28.0),
+        (1.0, True, False, 28.0),
+        (1.0, False, False, 8.0),
+    ]
+    whole = mix(outcomes)
+    assert (whole.em, whole.escalated, whole.kept_first, whole.seconds) == (1.0, 2 / 3, 0.5, pytest.approx(64 / 3))
+    # iterate continues from the first round: only its extra seconds are added
+    assert replay(firsts[:1], -1.0, "iterate", escalated, sure(0), sure(0))[0].seconds == 20.0
+
+
+def test_the_calibration_round_trips_through_the_statistics_file(tmp_path):
+    stats = collect(sample(), measured_on={"model": "m", "k": 3})
+    assert stats.calibration is not None and stats.calibration.cascade is not None
+    again = load(save(stats, tmp_path / "statistics.json"))
+    assert again.calibration == stats.calibration and again.operators == stats.operators
+    data = json.loads((tmp_path / "statistics.json").read_text())
+    assert data["version"] == VERSION == 2
+    assert data["calibration"]["cascade"]["n"] == N and data["calibration"]["operators"]["retrieve"]["model"]["n"] == N
+
+
+def test_a_version_1_file_loads_without_calibration_and_other_versions_or_a_torn_calibration_are_refused(tmp_path):
+    stats = collect(sample(), measured_on={"model": "m", "k": 3})
+    data = stats.to_dict()
+    path = tmp_path / "statistics.json"
+    path.write_text(json.dumps({**{k: v for k, v in data.items() if k != "calibration"}, "version": 1}))
+    old = load(path)
+    assert old.calibration is None and old.operators == stats.operators
+    path.write_text(json.dumps({**data, "version": 1}))  # a version-1 file's extra keys are not read
+    assert load(path).calibration is None
+    assert load(BUNDLED, bundled=True).calibration is None  # the bundled defaults are version 1 until refitted
+    path.write_text(json.dumps({**data, "version": 3}))
+    with pytest.raises(ConfigError, match="version 3; this nlqo reads versions 1 to 2"):
+        load(path)
+    path.write_text(json.dumps({**data, "calibration": {"operators": {"retrieve": {"n": 1}}}}))
+    with pytest.raises(ConfigError, match="cannot read statistics"):
+        load(path)
+
+
+def test_records_without_confidence_give_no_calibration_and_refit_replaces_it():
+    bare = [{**r, "confidence": None} for r in sample()]
+    stats = collect(bare, measured_on={})
+    assert stats.calibration is None
+    assert refit(stats, sample()).calibration == calibrate(sample())
+
+
+def test_a_fit_too_small_for_a_mapping_gives_no_cascade_plan():
+    rows = {
+        "retrieve": [Row(f"q{i}", "other", float(i > 5), 8.0, word_confidence("x", logprob=lp(i))) for i in range(10)],
+        "linear": [Row(f"q{i}", "other", 1.0, 20.0, word_confidence("x", logprob=lp(i))) for i in range(10)],
+    }
+    cal = fit(rows)
+    assert cal.operators["retrieve"].model is None and cal.cascade is None and cal.trust() is None
+
+
+def test_auto_weighs_the_cascade_as_the_mix_it_will_run():
+    engine = Engine.from_config(
+        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality"),
+        llm=ScriptedLLM([], default="x"),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
+    engine.statistics = collect(sample(), measured_on={"model": "m"})
+    choice = engine.choose("Who was person 3?")
+    cascade = next(c for c in choice.candidates if c.operator == "cascade")
+    assert cascade.em == pytest.approx(17 / N) and cascade.seconds == pytest.approx(18.0) and cascade.n == N
+    assert cascade.basis == "other; calibrated mix: 50% escalated to linear"  # the class has 30 >= 8 questions
+    assert choice.operator == "cascade"  # 56.7% against linear's 30.0%, retrieve's 26.7%
+
+
+def test_analyze_prints_the_calibration_escalation_and_cascade_tables():
+    from nlqo.cli.analyze import calibration_table
+
+    text = calibration_table(calibrate(sample()))
+    lines = text.splitlines()
+    assert lines[0].startswith(
+        "Calibration: AUROC for exact match, 95% interval, n (AUROC interval: stratified bootstrap"
+    )
+    assert "| feature | iterate | linear | retrieve |" in lines
+    row = next(line for line in lines if line.startswith("| answer.mean_logprob |"))
+    assert "0.88* [" in row and "n=30" in row  # retrieve's 155/176, its best feature
+    assert "| retrieve | lowest third (< -2.00) | 10 | 10.0% | 80.0% | 0.0% |" in lines
+    assert any(
+        line.startswith("Cascade: escalate retrieve's answer when answer.mean_logprob < -1.500") for line in lines
+    )
+    assert "| 50% (chosen) | -1.500 | linear | 60.0% | 50% | 56.7% | 18.0 |" in lines
+    assert calibration_table(None).startswith("Calibration: none")
+
+
+def test_a_cascade_plan_escalates_only_to_another_operator():
+    data = collect(sample(), measured_on={}).to_dict()["calibration"]
+    for target in ("cascade", "retrieve", "closed-book"):
+        with pytest.raises(ValueError, match=f"a cascade escalates to one of linear, tree, iterate, not '{target}'"):
+            Calibration.from_dict({**data, "cascade": {**data["cascade"], "target": target}})
