@@ -14,7 +14,7 @@ MODEL ?= $(shell sed -n '/^    model: /{n;s/^ *"\(.*\)",$$/\1/p;}' nlqo/config.p
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: mutation mutation-survivors demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics
+.PHONY: mutation mutation-survivors demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics bench-confidence
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -179,6 +179,20 @@ LOAD_INDEX ?= $(STAT_OUT)/hotpotqa_dev_199/index
 load-serve: install-test $(VENV)/.model-$(MODEL)
 	[ -f $(LOAD_INDEX)/manifest.json ] || $(NLQO) index $(BENCH_DATA)/hotpotqa_dev_199_corpus.jsonl.gz --out $(LOAD_INDEX)
 	$(PY) benchmarks/bench_server.py --part load --load-models smollm2-135m $(MODEL) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
+
+# Issue 50's confidence measurements (docs/statistics.md): retrieve with the decoder's confidence on each set's
+# first CONF_LIMIT questions and linear on the first CONF_LINEAR, then the bundled calibration refitted on the
+# first 50 and checked on the rest. Resumable; hours of CPU for the whole of it.
+CONF_SETS ?= $(BENCH_SETS) strategyqa_229
+CONF_LIMIT ?= 100
+CONF_LINEAR ?= 25
+CONF_OUT ?= benchmarks/results/confidence
+bench-confidence: install $(VENV)/.model-$(MODEL)
+	for s in $(CONF_SETS); do $(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz \
+		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve,linear --limit $(CONF_LINEAR) || exit 1; done
+	for s in $(CONF_SETS); do $(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz \
+		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve --limit $(CONF_LIMIT) || exit 1; done
+	$(PY) benchmarks/confidence.py --bundle
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index

@@ -1,0 +1,106 @@
+"""The decoder's confidence as a signal (issue 50): the bundled calibration and its held-back check.
+
+`--bundle` refits the calibration in the bundled statistics (nlqo/planner/statistics/default.json)
+on the calibration sample (the first FIRST questions of each set) of the confidence runs
+(benchmarks/results/confidence/SET, `make bench-confidence`); the operator figures stay those the
+file was measured with. Then, for every set, the AUROC of each feature of each operator for exact
+match on the held-back questions (after the first FIRST), with its interval, goes into
+docs/statistics.md (block confidence-auroc). Nothing is fitted on the held-back questions.
+"""
+
+import argparse
+import gzip
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import attrs
+
+from nlqo.common.docblocks import write_block
+from nlqo.eval.collect import calibrate, calibration_row, operator_name
+from nlqo.execution.operators.support import SUPPORTED
+from nlqo.planner.statistics.calibration import FEATURES, auroc, auroc_interval, feature
+from nlqo.planner.statistics.store import BUNDLED, load, save
+
+RUNS = Path("benchmarks/results/confidence")
+DATA = Path("../shared/data")
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines() if line.strip()]
+
+
+def texts_of(dataset: str) -> dict[str, str]:
+    with gzip.open(DATA / f"{dataset}_corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return {p["id"]: p["text"] for p in map(json.loads, fh)}
+
+
+def held_back_table(by_set: dict[str, list[dict]], first: int, texts: dict[str, dict[str, str]]) -> str:
+    out = [
+        f"AUROC for exact match on each set's held-back questions (index {first} on; nothing fitted on them), "
+        "95% interval by stratified bootstrap; n = questions (right answers). A feature is read so that "
+        "higher means more confident (entropies negated).",
+        "",
+        "| set | operator | n (right) | " + " | ".join(f"`{f}`" for f in (*FEATURES, SUPPORTED)) + " |",
+        "|---|---|---|" + "---:|" * (len(FEATURES) + 1),
+    ]
+    pooled: dict[str, list] = defaultdict(list)
+    for dataset, recs in by_set.items():
+        for op, rows in _by_operator([r for r in recs if r["index"] >= first], texts[dataset]).items():
+            pooled[op] += rows
+            out.append(_row(dataset, op, rows))
+    out += [_row("pooled", op, rows) for op, rows in sorted(pooled.items())]
+    return "\n".join(out)
+
+
+def _by_operator(recs: list[dict], texts: dict[str, str]) -> dict[str, list]:
+    rows = defaultdict(list)
+    for r in recs:
+        rows[operator_name(r)].append(calibration_row(r, texts.get))
+    return dict(sorted(rows.items()))
+
+
+def _row(name: str, op: str, rows: list) -> str:
+    right = [r.right for r in rows]
+    cells = []
+    for f in FEATURES:
+        pairs = [(v, ok) for r, ok in zip(rows, right) if (v := feature(r.confidence, f)) is not None]
+        cells.append(_cell([v for v, _ in pairs], [ok for _, ok in pairs]))
+    sup = [(float(r.signals[SUPPORTED]), ok) for r, ok in zip(rows, right) if SUPPORTED in r.signals]
+    cells.append(_cell([v for v, _ in sup], [ok for _, ok in sup]))
+    return f"| {name} | {op} | {len(rows)} ({sum(right)}) | " + " | ".join(cells) + " |"
+
+
+def _cell(scores: list[float], labels: list[bool]) -> str:
+    value = auroc(scores, labels)
+    if value is None:
+        return "-"
+    low, high = auroc_interval(scores, labels)
+    return f"{value:.2f} [{low:.2f}, {high:.2f}]"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sets", nargs="+", default=[p.name for p in sorted(RUNS.iterdir()) if p.is_dir()])
+    parser.add_argument("--first", type=int, default=50, help="the calibration sample: each set's first N questions")
+    parser.add_argument("--bundle", action="store_true", help="refit the bundled statistics' calibration")
+    args = parser.parse_args()
+    by_set = {s: records(RUNS / s) for s in args.sets}
+    texts = {s: texts_of(s) for s in args.sets}
+    if args.bundle:
+        sample = [r for s, recs in by_set.items() for r in recs if r["index"] < args.first]
+        merged = {tid: t for s in args.sets for tid, t in texts[s].items()}
+        stats = load(BUNDLED, bundled=True)
+        calibration = calibrate(sample, merged.get)
+        note = f"; calibration: the first {args.first} of {', '.join(args.sets)} (benchmarks/confidence.py --bundle)"
+        save(
+            attrs.evolve(stats, calibration=calibration, source=stats.source.split("; calibration:")[0] + note), BUNDLED
+        )
+        print(f"refitted {BUNDLED} on {len(sample)} records")
+    write_block(Path("docs/statistics.md"), "confidence-auroc", held_back_table(by_set, args.first, texts))
+    print("wrote docs/statistics.md (confidence-auroc)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
