@@ -20,7 +20,19 @@ from nlqo import __version__
 from nlqo.common import logs
 from nlqo.errors import NlqoError
 
-COMMANDS = ("parse", "plan", "models", "index", "retrieve", "ask", "explain", "analyze", "bench", "serve")
+COMMANDS = (
+    "parse",
+    "plan",
+    "models",
+    "index",
+    "retrieve",
+    "ask",
+    "explain",
+    "analyze",
+    "bench",
+    "bench-plans",
+    "serve",
+)
 
 EXIT_OK, EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_BROKEN_PIPE = 0, 2, 70, 130, 141
 EXIT_CODES = {
@@ -72,10 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help=VERBOSE_HELP)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=CommandParser)
     for name in COMMANDS:
+        module_name = f"nlqo.cli.{name.replace('-', '_')}"  # bench-plans lives in bench_plans.py
         try:
-            module = importlib.import_module(f"nlqo.cli.{name}")
+            module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name == f"nlqo.cli.{name}":
+            if exc.name == module_name:
                 continue
             raise
         module.register(subparsers)

@@ -15,6 +15,8 @@
   in which every plan of a question must give the same, true answer (differential runs).
 * :mod:`nlqo.testing.bugs` - seeded optimizer bugs, and :func:`~nlqo.testing.bugs.sweep`, which
   runs the whole kit; docs/testing.md shows which check catches which bug.
+* :mod:`nlqo.testing.plan_score` - :func:`plan_score`, a plan against a gold decomposition
+  (:class:`~nlqo.testing.gold.Gold`; :func:`~nlqo.testing.gold.load_gold` reads the shared sets' golds).
 
 ``docs/testing.md`` is a tutorial; its code runs as a test.
 
@@ -36,13 +38,18 @@ from nlqo.testing.invariants import (
     check_monotone,
     check_plan,
 )
+from nlqo.testing.gold import Gold, GoldStep, load_gold
 from nlqo.testing.oracle import all_trees, cheapest
+from nlqo.testing.plan_score import PlanScore, gold_plan, plan_score
 
 __all__ = [
     "PASSAGES",
+    "Gold",
+    "GoldStep",
     "HashEmbedder",
     "InvariantError",
     "KeywordRetriever",
+    "PlanScore",
     "ScriptedLLM",
     "all_trees",
     "check_cost_deterministic",
@@ -51,5 +58,8 @@ __all__ = [
     "check_plan",
     "check_rule_file",
     "cheapest",
+    "gold_plan",
+    "load_gold",
+    "plan_score",
     "rule_cases",
 ]
