@@ -1,9 +1,12 @@
 """The decoder's confidence as a signal (issue 50): the bundled calibration and its held-back check.
 
 `--bundle` refits the calibration in the bundled statistics (nlqo/planner/statistics/default.json)
-on the calibration sample (the first FIRST questions of each set) of the confidence runs
-(benchmarks/results/confidence/SET, `make bench-confidence`); the operator figures stay those the
-file was measured with. Then, for every set, the AUROC of each feature of each operator for exact
+on the calibration sample (the first FIRST questions of each set): retrieve's answers with their
+confidence from the confidence runs (benchmarks/results/confidence/SET, `make bench-confidence`), and
+the answers the operators a cascade escalates to gave on the same questions in `nlqo analyze`'s
+records (benchmarks/results/statistics/SET/analyze, issue 38; recorded before confidence was read, so
+an escalated answer is kept, as the cascade does without a probability to compare). The operator
+figures stay those the file was measured with. Then, for every set, the AUROC of each feature of each operator for exact
 match on the held-back questions (after the first FIRST), with its interval, goes into
 docs/statistics.md (block confidence-auroc). Nothing is fitted on the held-back questions.
 """
@@ -19,10 +22,11 @@ import attrs
 from nlqo.common.docblocks import write_block
 from nlqo.eval.collect import calibrate, calibration_row, operator_name
 from nlqo.execution.operators.support import SUPPORTED
-from nlqo.planner.statistics.calibration import FEATURES, auroc, auroc_interval, feature
+from nlqo.planner.statistics.calibration import FEATURES, TARGETS, auroc, auroc_interval, feature
 from nlqo.planner.statistics.store import BUNDLED, load, save
 
 RUNS = Path("benchmarks/results/confidence")
+ANALYZED = Path("benchmarks/results/statistics")
 DATA = Path("../shared/data")
 
 
@@ -89,6 +93,10 @@ def main() -> int:
     texts = {s: texts_of(s) for s in args.sets}
     if args.bundle:
         sample = [r for s, recs in by_set.items() for r in recs if r["index"] < args.first]
+        for s in args.sets:
+            if (ANALYZED / s / "analyze" / "records.jsonl").is_file():
+                escalated = records(ANALYZED / s / "analyze")
+                sample += [r for r in escalated if r["index"] < args.first and operator_name(r) in TARGETS]
         merged = {tid: t for s in args.sets for tid, t in texts[s].items()}
         stats = load(BUNDLED, bundled=True)
         calibration = calibrate(sample, merged.get)

@@ -131,13 +131,15 @@ def by_confidence(
         )
     kept = retrieve if keep_first else target
     rounds = "" if AGREE not in signals else (", rounds agree" if signals[AGREE] else ", rounds disagree")
+    feature2 = trust.feature_of(target)
+    seen2 = f"{_against(feature2, value2, None)}, " if feature2 is not None else ""
     decide(
         trace,
-        f"{target}'s answer: {_against(trust.feature_of(target) or '?', value2, None)}, {verdict2.reason}{rounds}, "
+        f"{target}'s answer: {seen2}{verdict2.reason}{rounds}, "
         f"P(right) {_share(p_second)} against retrieve's {_share(p_first)}; keep {kept}'s ({why})",
         {
             "operator": target,
-            "feature": trust.feature_of(target),
+            "feature": feature2,
             "value": value2,
             **signals,
             "p_right": p_second,

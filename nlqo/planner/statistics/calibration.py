@@ -575,11 +575,13 @@ def mix(outcomes: Sequence[_Outcome]) -> Mix:
 
 def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, OperatorCalibration]) -> CascadePlan | None:
     """The cascade's threshold and target fitted on the sample (module docstring); None without a
-    calibrated retrieve or a calibrated operator to escalate to."""
+    calibrated retrieve or an operator with answers to escalate to."""
     first_cal = operators.get(Operator.RETRIEVE.value)
     if first_cal is None or first_cal.model is None or first_cal.best is None:
         return None
-    targets = [op for op in sorted(rows) if op in TARGETS and operators[op].model is not None]
+    # a target without a confidence of its own (records of a backend that read none) is still one:
+    # its escalated answer is kept, as the cascade does when it has no probability to compare
+    targets = [op for op in sorted(rows) if op in TARGETS and rows[op]]
     if not targets:
         return None
     firsts = list(rows[Operator.RETRIEVE.value])
