@@ -8,13 +8,14 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 NLQO := $(VENV)/bin/nlqo
-# The bundled model `nlqo ask` uses by default (the default of EngineConfig.model in nlqo/config.py,
-# the line after the field's name; docs/models.md says why).
-MODEL ?= $(shell sed -n '/^    model: /{n;s/^ *"\(.*\)",$$/\1/p;}' nlqo/config.py)
+# The bundled model `nlqo ask` uses by default (EngineConfig's, asked of the package: the venv's, else
+# the source tree's; docs/models.md says why). On a fresh machine neither may import yet: then it is
+# asked again when a recipe runs, after the install.
+MODEL ?= $(shell for py in $(PY) $(PYTHON); do $$py -c 'from nlqo.config import DEFAULT_MODEL; print(DEFAULT_MODEL)' 2>/dev/null && break; done)
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: mutation mutation-survivors demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics bench-confidence
+.PHONY: mutation mutation-survivors fuzz demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics bench-confidence
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -202,12 +203,23 @@ statistics-%: install $(VENV)/.model-$(MODEL)
 	$(NLQO) bench --questions $(BENCH_DATA)/$*.jsonl.gz --index $(STAT_OUT)/$*/index --out $(STAT_OUT)/$*/heldout --model $(MODEL) --statistics $(STAT_OUT)/$*/statistics.json \
 		--skip $(STAT_SAMPLE) --strategies auto --limit $(BENCH_LIMIT)
 
-# Issue 42's mutation run (docs/testing.md): mutmut over the engine core ([tool.mutmut] in
-# pyproject.toml), then the report between docs/testing.md's mutation-report markers. Hours of CPU
+# Issue 52's long fuzz campaign (docs/reliability.md, "Fuzz campaign"): every user-facing parser (IR, cost
+# and rules files, statistics, the relation cache, the index manifest, question files, nlqo serve's HTTP
+# bodies; the files also through the CLI) on FUZZ_INPUTS inputs drawn from its grammar, the shipped files
+# mutated and raw bytes, by the property functions of tests/test_fuzz_parsers.py (tests/fuzzing.py). About
+# 20 minutes on 2 cores; the counts go to benchmarks/results/fuzz.json and the table between
+# docs/reliability.md's fuzz-campaign markers; it fails when any input ended in an internal error.
+FUZZ_INPUTS ?= 100000
+fuzz: install-test
+	$(PY) scripts/fuzz.py --inputs $(FUZZ_INPUTS)
+
+# Issue 42's mutation run (docs/testing.md): mutmut over the engine ([tool.mutmut] in pyproject.toml),
+# then the report by group of modules between docs/testing.md's mutation-report markers. Hours of CPU
 # on 2 cores; mutmut keeps its verdicts in mutants/ and re-tests only functions that changed, so a
 # killed run resumes (MUTANTS="NAME..." tests only those, again); the verdicts are also kept in
-# benchmarks/results/mutation/verdicts.json, from which a new machine resumes (--restore). Not part
-# of `make test` or CI (it does not fit CI's time).
+# benchmarks/results/mutation/verdicts.json, each keyed on its function, its selected test files,
+# tests/conftest.py and the pytest options: --restore puts back those whose key holds (issue 53).
+# Not part of `make test` or CI (it does not fit CI's time).
 MUTANTS ?=
 mutation: install-test
 	$(PY) -m pip install --quiet mutmut==3.8.1

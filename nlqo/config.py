@@ -15,18 +15,23 @@ flags, so a new option is one field.
 
 from __future__ import annotations
 
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import attrs
 
 from nlqo.errors import ConfigError
-from nlqo.kinds import QUANTIZATIONS, Operator, Policy, RetrievalMode, Runtime, TreeQuery
+from nlqo.kinds import AUTO, QUANTIZATIONS, Operator, Policy, RetrievalMode, Runtime, TreeQuery
 
 SECTIONS = ("model", "retrieve", "parse", "optimize", "lower", "execute", "statistics")
 """The sections of the configuration, in the order the CLI's help and docs/architecture.md list them."""
 
-STRATEGIES = ("auto", *Operator.values())
+OPERATOR_GROUP = "nlqo.operators"
+"""The entry-point group an installed package registers an operator under (docs/architecture.md)."""
+OPERATOR_NAMES = tuple(dict.fromkeys((*Operator.values(), *(ep.name for ep in entry_points(group=OPERATOR_GROUP)))))
+"""Every operator's name: the built-ins, then the entry points' (not imported: ``OPERATORS`` loads them)."""
+STRATEGIES = (AUTO, *OPERATOR_NAMES)
 """``auto`` (the policy chooses an operator by statistics) or one operator forced."""
 SIMPLE_PLANS = (Operator.LINEAR.value, Operator.RETRIEVE.value)
 """What ``auto`` may run for a single-atom plan or a question that did not parse."""
@@ -246,10 +251,10 @@ class EngineConfig:
 
     # --- lower ------------------------------------------------------------------------------------
     strategy: str = _setting(
-        "auto",
+        AUTO,
         "lower",
         "auto: the policy chooses an operator by its statistics (docs/statistics.md); or force one operator: "
-        + ", ".join(Operator.values())
+        + ", ".join(OPERATOR_NAMES)
         + " (docs/architecture.md lists them)",
         Flag(("--strategy",)),
         choices=STRATEGIES,

@@ -133,6 +133,10 @@ class Operator(_Word):
     the plan when an answer is not supported."""
 
 
+AUTO = "auto"
+"""The strategy that lets the policy choose the operator (:data:`nlqo.config.STRATEGIES`: it, or one operator forced)."""
+
+
 class Policy(_Word):
     """How ``auto`` trades estimated quality against estimated time (:mod:`nlqo.planner.statistics.policy`)."""
 

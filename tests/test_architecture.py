@@ -55,6 +55,17 @@ def test_the_vocabularies_table_names_every_operator_and_baseline():
         assert f"`{name}`" in table
 
 
+def _literal(node: ast.expr | None):
+    """The value of a literal default: a constant or a :mod:`nlqo.kinds` member (``Policy.BALANCED``),
+    also as ``attrs.field(default=...)``; else None."""
+    if isinstance(node, ast.Call) and ast.unparse(node.func) in ("attrs.field", "attr.ib", "field"):
+        node = next((k.value for k in node.keywords if k.arg == "default"), None)
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        member = getattr(getattr(kinds, node.value.id, None), node.attr, None)
+        return member.value if isinstance(member, kinds._Word) else None
+    return node.value if isinstance(node, ast.Constant) else None
+
+
 def _literal_defaults(path: Path):
     """(name, value, line) of each literal default a parameter or class attribute is given."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
@@ -65,11 +76,10 @@ def _literal_defaults(path: Path):
             pairs = list(zip(positional[len(positional) - len(a.defaults) :], a.defaults))
             pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
             for arg, d in pairs:
-                if isinstance(d, ast.Constant) and d.value is not None:
-                    yield arg.arg, d.value, d.lineno
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
-            if isinstance(node.value, ast.Constant) and node.value.value is not None:
-                yield node.target.id, node.value.value, node.lineno
+                if _literal(d) is not None:
+                    yield arg.arg, _literal(d), d.lineno
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and _literal(node.value) is not None:
+            yield node.target.id, _literal(node.value), node.lineno
 
 
 def test_every_setting_default_is_written_only_in_engine_config():
@@ -86,8 +96,14 @@ def test_every_setting_default_is_written_only_in_engine_config():
 
 def test_the_default_finder_sees_a_second_default(tmp_path):
     sample = tmp_path / "x.py"
-    sample.write_text("def search(query, k: int = 3, *, tau=0.85):\n    pass\nclass A:\n    beam: int = 32\n")
-    assert {(n, v) for n, v, _ in _literal_defaults(sample)} == {("k", 3), ("tau", 0.85), ("beam", 32)}
+    sample.write_text(
+        "def search(query, k: int = 3, *, tau=0.85, policy: str = Policy.BALANCED, x=Policy.nothing):\n    pass\n"
+        "class A:\n    beam: int = 32\n    k: int = attrs.field(default=3, validator=positive)\n"
+        "    retrieval: str = attrs.field(default=RetrievalMode.HYBRID)\n    runtime: str = attrs.field(factory=str)\n"
+    )
+    found = {(n, v) for n, v, _ in _literal_defaults(sample)}
+    assert found == {("k", 3), ("tau", 0.85), ("policy", "balanced"), ("beam", 32), ("retrieval", "hybrid")}
+    assert {name for name, _ in found} <= set(FIELDS)  # each one a second owner the test above reports
 
 
 def test_every_engine_strategy_name_is_defined_once():

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from nlqo.config import EngineConfig, default
 from nlqo.errors import ConfigError
+from nlqo.kinds import Operator
 from nlqo.eval.collect import collect
 from nlqo.planner.statistics.intervals import wilson
 from nlqo.planner.statistics.policy import WITHIN, Candidate, choose
@@ -127,6 +128,15 @@ def test_ties_go_to_the_better_estimate_or_the_faster_operator():
     assert choose([best, below], "balanced").operator == "tree"
 
 
+def test_an_unmeasured_operator_ranks_below_every_measured_one_and_fast_weighs_only_its_time():
+    unknown = Candidate("plugged", 0.0, 0.0, 1.0, 0, 1.0, "no statistics, EM unknown")
+    poor = Candidate("tree", 0.001, 0.0, 0.2, 50, 30.0)
+    assert [choose([unknown, poor], p).operator for p in ("quality", "balanced", "fast")] == ["tree", "tree", "plugged"]
+    assert choose([unknown, poor], "balanced", em_margin=1).operator == "tree"  # any margin: only of measured ones
+    alone = Candidate("other", 0.0, 0.0, 1.0, 0, 2.0)
+    assert choose([alone, unknown], "quality").operator == choose([alone, unknown], "balanced").operator == "plugged"
+
+
 def test_choosing_from_no_statistics_or_with_the_structural_policy_is_a_configuration_error():
     with pytest.raises(
         ConfigError, match="^no operator to choose from: the statistics measure none of the available operators$"
@@ -177,11 +187,9 @@ def test_a_statistics_file_round_trips_and_a_foreign_or_torn_one_is_refused(tmp_
         load(path)
 
 
-def test_the_bundled_defaults_load_and_cover_every_operator():
-    from nlqo.execution.operators import OPERATORS
-
+def test_the_bundled_defaults_load_and_cover_every_built_in_operator():
     stats = load(BUNDLED, bundled=True)
-    assert set(stats.operators) == {str(op) for op in OPERATORS}
+    assert set(stats.operators) == set(Operator.values())  # an installed package's operator has none
     assert all(s[ALL].n == 150 for s in stats.operators.values())
     assert stats.describe().startswith("bundled defaults")
 

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 from nlqo.cli.options import add_config_options
+from nlqo.config import OPERATOR_NAMES
 from nlqo.errors import ConfigError
-from nlqo.kinds import Operator
 
-DEFAULT_OPERATORS = ",".join(Operator.values())
+DEFAULT_OPERATORS = ",".join(OPERATOR_NAMES)
 RECORDS = "analyze"
 """Folder beside the index's files holding the sample's per-question records (resumable)."""
 
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from nlqo.cli import build_parser
 
     operators = [o.strip() for o in args.operators.split(",") if o.strip()]
-    unknown = [o for o in operators if o not in Operator.values()]
+    unknown = [o for o in operators if o not in OPERATOR_NAMES]
     if unknown or not operators:
         raise ConfigError(f"unknown operator {', '.join(unknown) or '(none)'}: choose from {DEFAULT_OPERATORS}")
     if args.sample < 1:

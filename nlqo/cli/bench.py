@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING, Any, cast
 from nlqo.cli.common import add_planning_options, add_runtime_options, config_from_args
 from nlqo.cli.options import add_ablation_options, add_config_options
 from nlqo.cli.repairs import shown_repairs
-from nlqo.config import DEFAULT_MODEL, default
+from nlqo.config import DEFAULT_MODEL, STRATEGIES, default
 from nlqo.errors import ConfigError
 
 if TYPE_CHECKING:
     from nlqo.eval.strategy import Strategy
 
-DEFAULT_STRATEGIES = "no-rag,standard-rag,iter-retgen,ircot,self-ask,linear,tree,auto"
 ABLATIONS = (
     "tau",
     "alpha",
@@ -95,9 +94,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     runs = p.add_argument_group("run")
     runs.add_argument(
         "--strategies",
-        default=DEFAULT_STRATEGIES,
         metavar="LIST",
-        help="comma-separated strategies, options in brackets (default: %(default)s)",
+        help="comma-separated strategies, options in brackets (default: every baseline, linear, tree and auto)",
     )
     add_config_options(runs, names=("model", "embedder", "retrieval", "k"))
     add_runtime_options(runs)
@@ -146,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
         missing.append("--corpus or --index")
     if missing:
         raise ConfigError(f"bench needs {', '.join(missing)} (or --report DIR...)")
+    if not args.strategies:
+        from nlqo.eval.strategy import BENCH
+
+        args.strategies = ",".join(BENCH)
     specs = expand_ablations(args.strategies, {name: getattr(args, name) for name in ABLATIONS})
     return _bench(args, specs)
 
@@ -156,13 +158,13 @@ def expand_ablations(strategies: str, ablations: dict[str, str | None]) -> list[
     >>> expand_ablations("ircot,linear", {"tau": "0.8,0.9", "kv_reuse": "off"})
     ['ircot', 'linear[tau=0.8,kv_reuse=off]', 'linear[tau=0.9,kv_reuse=off]']
     """
-    from nlqo.eval.strategy import PLANNED, parse_spec, parse_value, spec_name, split_specs
+    from nlqo.eval.strategy import parse_spec, parse_value, spec_name, split_specs
 
     lists = {k: [parse_value(v) for v in text.split(",") if v.strip()] for k, text in ablations.items() if text}
     out: list[str] = []
     for spec in split_specs(strategies):
         base, options = parse_spec(spec)
-        if base not in PLANNED or not lists:
+        if base not in STRATEGIES or not lists:
             out.append(spec_name(base, options))
             continue
         for combo in itertools.product(*lists.values()):

@@ -84,9 +84,10 @@ def read_ir(path: Path, question: str | None = None):
 
 
 def plan_question(engine, args: argparse.Namespace, trace):
-    """Plan from ``--ir`` when given, else parse the question with the LLM."""
+    """Plan from ``--ir`` when given, else as ``nlqo ask`` runs it (:meth:`~nlqo.main.engine.Engine.prepare`):
+    the question parsed with the LLM, or as one atom for an operator that needs no plan."""
     if args.ir is None:
-        return engine.plan(args.question, strategy=args.strategy, trace=trace)
+        return engine.prepare(args.question, strategy=args.strategy, trace=trace)
     return engine.plan_query(read_ir(args.ir, args.question), strategy=args.strategy, trace=trace)
 
 

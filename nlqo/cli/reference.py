@@ -84,8 +84,8 @@ def _vocabularies() -> list[tuple[str, str, tuple[str, ...]]]:
         for name, obj in vars(kinds).items()
         if isinstance(obj, type) and issubclass(obj, kinds._Word) and obj is not kinds._Word
     ]
-    found.append(("`config.STRATEGIES`", "the engine's strategies: auto or one operator forced", STRATEGIES))
-    found.append(("`strategies.baselines.BASELINES`", "the baselines nlqo is measured against", tuple(BASELINES)))
+    found.append(("`config.STRATEGIES`", "auto, or one operator forced (built-in or an entry point's)", STRATEGIES))
+    found.append(("`eval.baselines.BASELINES`", "the baselines nlqo is measured against", tuple(BASELINES)))
     return found
 
 

@@ -14,6 +14,8 @@ from typing import ClassVar
 
 import attrs
 
+from nlqo.config import default
+from nlqo.execution.operators.iterate import ROUNDS
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.kinds import StopReason
 from nlqo.runtime.llm.base import LLM
@@ -59,7 +61,7 @@ class NoRag:
     llm: LLM
     retriever: Retriever | None = None
     """Unused; accepted so every baseline is built alike."""
-    k: int = attrs.field(default=3, validator=_positive)
+    k: int = attrs.field(default=default("k"), validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
@@ -75,7 +77,7 @@ class StandardRag:
     name: ClassVar[str] = "standard-rag"
     llm: LLM
     retriever: Retriever
-    k: int = attrs.field(default=3, validator=_positive)
+    k: int = attrs.field(default=default("k"), validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
@@ -106,8 +108,8 @@ class IterRetGen:
     name: ClassVar[str] = "iter-retgen"
     llm: LLM
     retriever: Retriever
-    k: int = attrs.field(default=3, validator=_positive)
-    rounds: int = attrs.field(default=3, validator=_positive)
+    k: int = attrs.field(default=default("k"), validator=_positive)
+    rounds: int = attrs.field(default=ROUNDS, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
@@ -146,7 +148,7 @@ class IRCoT:
     name: ClassVar[str] = "ircot"
     llm: LLM
     retriever: Retriever
-    k: int = attrs.field(default=3, validator=_positive)
+    k: int = attrs.field(default=default("k"), validator=_positive)
     max_rounds: int = attrs.field(default=5, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
@@ -216,7 +218,7 @@ class SelfAsk:
     name: ClassVar[str] = "self-ask"
     llm: LLM
     retriever: Retriever
-    k: int = attrs.field(default=3, validator=_positive)
+    k: int = attrs.field(default=default("k"), validator=_positive)
     max_rounds: int = attrs.field(default=5, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:

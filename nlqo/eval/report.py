@@ -33,7 +33,6 @@ COMPANION = "-baselines"
 """Suffix of the folder that holds a run's other baselines on its first questions (``make bench``)."""
 SETS_PLOT = "em_vs_seconds_sets.png"
 """The report's plot of every strategy on every set, beside ``docs``'s folder ``benchmarks/``."""
-MULTI_STEP = ("iter-retgen", "ircot", "self-ask", "linear", "tree", "auto")
 PROMPTS = {
     "no-rag": (NO_RAG,),
     "standard-rag": (STANDARD_RAG,),

@@ -17,18 +17,18 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from nlqo.config import STRATEGIES as ENGINE_STRATEGIES, EngineConfig, default
+from nlqo.config import STRATEGIES as PLANNED, EngineConfig, default
 from nlqo.errors import ConfigError
 from nlqo.execution.trace import RunResult, Trace
+from nlqo.kinds import AUTO, Operator
 from nlqo.runtime.llm.base import LLM
 from nlqo.common.passages import Embedder, Retriever
 from nlqo.eval.baselines import BASELINES
 
-PLANNED: tuple[str, ...] = ENGINE_STRATEGIES
-"""The engine's strategies (``auto`` and each operator); built by ``nlqo.main.by_name``."""
-
 STRATEGIES: tuple[str, ...] = (*BASELINES, *PLANNED)
-"""Every strategy name ``build_strategy`` knows, baselines first."""
+"""Every strategy name ``build_strategy`` knows: the baselines, then the engine's (:data:`nlqo.config.STRATEGIES`)."""
+BENCH = (*BASELINES, Operator.LINEAR.value, Operator.TREE.value, AUTO)
+"""What ``nlqo bench`` runs without ``--strategies``: every baseline, the template, the tree and ``auto``."""
 
 _SPEC = re.compile(r"^\s*([A-Za-z][\w-]*)\s*(?:\[(.*)\])?\s*$")
 

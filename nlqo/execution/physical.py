@@ -8,7 +8,6 @@ from typing import Any, Mapping
 import attrs
 
 from nlqo.config import default
-from nlqo.kinds import Operator
 from nlqo.optimizer.plan import Plan
 
 PASSAGE_TOKENS = 110
@@ -59,7 +58,8 @@ class Estimate:
 
 @attrs.frozen
 class PhysicalPlan:
-    operator: Operator
+    operator: str
+    """The operator's name in :data:`nlqo.execution.operators.OPERATORS` (a built-in's is a :class:`~nlqo.kinds.Operator`)."""
     logical: Plan
     estimates: Mapping[str, Estimate]
     reason: str

@@ -64,10 +64,3 @@ def hops_at(scores: Sequence[float], tau: float, ran_hops: int, min_hops: int = 
         if hop > min_hops and score >= tau:
             return hop - 1
     return ran_hops
-
-
-def dedupe(sub_questions: Sequence[str]) -> list[str]:
-    seen: dict[str, None] = {}
-    for s in sub_questions:
-        seen.setdefault(s.strip().lower(), None)
-    return list(seen)

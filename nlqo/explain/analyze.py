@@ -10,7 +10,7 @@ from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import NOT_ANSWERS, RunResult, Step, confidence_dict
-from nlqo.kinds import Operator, StepKind
+from nlqo.kinds import StepKind
 from nlqo.optimizer.plan import ROOT
 from nlqo.runtime.llm.confidence import Confidence
 
@@ -92,7 +92,7 @@ def physical_annotations(physical: PhysicalPlan) -> dict[str, str]:
     """What runs each node: the operator and its wave (tree) or hop (linear)."""
     from nlqo.execution.operators import OPERATORS
 
-    return dict(OPERATORS[Operator(physical.operator)].annotate(physical))
+    return dict(OPERATORS[physical.operator].annotate(physical))
 
 
 def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, str]:
@@ -138,7 +138,7 @@ def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> l
     statistics), each structural estimate, and with ``result`` estimated against actual seconds."""
     from nlqo.execution.operators import OPERATORS
 
-    lines = [f"Physical plan: {OPERATORS[Operator(physical.operator)].label}"]
+    lines = [f"Physical plan: {OPERATORS[physical.operator].label}"]
     if physical.choice is not None:
         lines += choice_lines(physical.choice)
     else:
@@ -165,9 +165,8 @@ def choice_lines(choice) -> list[str]:
     ]
     for c in sorted(choice.candidates, key=lambda c: c.seconds):
         mark = "->" if c.operator == choice.operator else "  "
-        lines.append(
-            f"  {mark} {c.operator:<9} est. EM {c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}] n={c.n} ({c.basis}), est. {c.seconds:.1f} s"
-        )
+        em = f"{c.em:6.1%} [{c.em_low:.1%}, {c.em_high:.1%}]" if c.n else "unknown"
+        lines.append(f"  {mark} {c.operator:<9} est. EM {em} n={c.n} ({c.basis}), est. {c.seconds:.1f} s")
     lines.append(f"  chosen: {choice.operator}: {choice.reason}")
     if choice.skipped:
         lines.append(f"  skipped: {choice.skipped}")

@@ -25,7 +25,6 @@ from nlqo.common.paths import FILE, FOLDER, found
 
 ON_ERROR = ("skip", "fail")
 TEXT_SUFFIXES = (".txt", ".md", ".markdown")
-JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json.gz", ".ndjson", ".ndjson.gz")
 
 
 @attrs.frozen

@@ -17,6 +17,7 @@ from typing import Any
 import attrs
 
 from nlqo.config import EngineConfig, default
+from nlqo.kinds import AUTO
 from nlqo.main.engine import Engine
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.runtime.llm.base import LLM
@@ -46,6 +47,6 @@ def build(
 ) -> EngineStrategy:
     """The engine with ``--strategy mode`` (``auto`` or any registered operator)."""
     base = config if config is not None else EngineConfig()
-    chosen = base.with_options(k=k, strategy=mode, measure_costs=mode == "auto", **options)
+    chosen = base.with_options(k=k, strategy=mode, measure_costs=mode == AUTO, **options)
     engine = Engine.from_config(chosen, llm=llm, retriever=retriever, embedder=embedder)
     return EngineStrategy(name=name or mode, engine=engine, mode=mode)

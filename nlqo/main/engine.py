@@ -7,7 +7,7 @@ import time
 
 import attrs
 
-from nlqo.config import STRATEGIES as STRATEGY_NAMES, EngineConfig
+from nlqo.config import STRATEGIES, EngineConfig
 from nlqo.errors import ParseFailure
 from nlqo.execution.choice import held_to_options
 from nlqo.parser.questions import check_question
@@ -20,7 +20,7 @@ from nlqo.runtime.llm.base import LLM
 from nlqo.optimizer.optimizer import Optimizer
 from nlqo.parser.parse import parse_question
 from nlqo.ir import Atom, Const, Query, Var
-from nlqo.kinds import Operator, Policy, stop_reasons
+from nlqo.kinds import AUTO, Operator, Policy, stop_reasons
 from nlqo.execution.operators import OPERATORS
 from nlqo.execution.operators.base import PLANNED
 from nlqo.execution.operators.retrieve import RETRIEVE
@@ -31,9 +31,6 @@ from nlqo.planner.statistics.calibration import Trust
 from nlqo.planner.statistics.store import MIN_CLASS, Statistics, differences
 from nlqo.common.passages import Embedder, Retriever
 from nlqo.optimizer.plan import Plan
-
-STRATEGIES = STRATEGY_NAMES
-"""Strategies ``Engine.ask`` knows (:data:`nlqo.config.STRATEGIES`): ``auto`` and each operator."""
 
 
 @attrs.frozen
@@ -117,14 +114,14 @@ class Engine:
             owned.append(llm)
         optimizer = builder.build_optimizer(config, llm=llm, embedder=embedder)
         identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
-        chooses = config.strategy == "auto" and config.policy != "structural"
+        chooses = config.strategy == AUTO and config.policy != "structural"
         statistics = builder.load_statistics(config, identity) if chooses else None
         if config.strategy == Operator.CASCADE:  # a forced cascade escalates by their calibration, if it fits
             statistics = builder.load_calibration(config, identity)
         if profile is None:
             caps = capabilities(llm)
             profile = BackendProfile(kv_reuse=config.kv_reuse and caps.session, concurrency=caps.concurrency)
-            measure = config.measure_costs if config.measure_costs is not None else config.strategy == "auto"
+            measure = config.measure_costs if config.measure_costs is not None else config.strategy == AUTO
             if measure:
                 profile, _ = cached_profile(
                     llm,
@@ -198,11 +195,11 @@ class Engine:
         strategy = strategy or self.config.strategy
         trace = trace or Trace()
         choice = None
-        if strategy == "auto" and self.config.policy == Policy.STRUCTURAL:
+        if strategy == AUTO and self.config.policy == Policy.STRUCTURAL:
             strategy = PLANNED
-        if strategy == "auto":
+        if strategy == AUTO:
             choice = self.choose(question)
-            if not OPERATORS[Operator(choice.operator)].needs_plan:
+            if not OPERATORS[choice.operator].needs_plan:
                 skipped = f"no parse: {choice.operator} needs no plan"
                 return self.unparsed(question, choice.operator, choice=attrs.evolve(choice, skipped=skipped))
             strategy = choice.operator
@@ -249,15 +246,17 @@ class Engine:
         )
 
     def choose(self, question: str) -> Choice:
-        """The operator the policy picks for ``question`` from the statistics, with every candidate."""
+        """The operator the policy picks for ``question`` from the statistics, with every candidate: an
+        operator measured by no statistics (not even the bundled ones) by its structural estimate, EM unknown."""
         from nlqo.planner.statistics.store import BUNDLED, load
 
-        stats = self.statistics or load(BUNDLED, bundled=True)
+        bundled = load(BUNDLED, bundled=True)
+        stats = self.statistics or bundled
         kind = question_class(question)
         scale = self._time_scale(stats)
         trust = self._trust(stats)
         candidates = []
-        for operator in OPERATORS:
+        for operator, op in OPERATORS.items():
             got = stats.get(operator, kind)
             if operator == Operator.CASCADE and trust is not None:  # the mix it will run, replayed on the sample
                 mix, basis = trust.plan.mix(str(kind), MIN_CLASS)
@@ -268,6 +267,10 @@ class Engine:
             elif got is not None:
                 s, basis = got
                 candidates.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * scale, basis))
+            elif operator not in bundled.operators:
+                seconds = op.estimate(self._one_atom(question), self.profile, self.k).ms / 1000
+                basis = f"no statistics, EM unknown: structural estimate ('nlqo analyze --operators {operator}' measures it)"
+                candidates.append(Candidate(str(operator), 0.0, 0.0, 1.0, 0, seconds, basis))
         choice = choose(
             candidates, self.config.policy, time_budget=self.config.time_budget, em_margin=self.config.em_margin
         )
@@ -283,15 +286,15 @@ class Engine:
             return self.profile.prefill_ms_per_token / stats.prefill_ms_per_token
         return 1.0
 
+    def _one_atom(self, question: str) -> Plan:
+        """The question as one atom, not parsed."""
+        atom = Atom("q1", Var("answer"), Const("answers"), Const(question))
+        return self.optimizer.optimize(Query(atoms=(atom,), answer=(Var("answer"),), question=question))
+
     def unparsed(self, question: str, operator: str, *, choice: Choice | None = None, reason: str = "") -> Planned:
         """A physical plan for an operator that needs no plan: the question as one atom, not parsed."""
         started = time.perf_counter()
-        query = Query(
-            atoms=(Atom("q1", Var("answer"), Const("answers"), Const(question)),),
-            answer=(Var("answer"),),
-            question=question,
-        )
-        plan = self.optimizer.optimize(query)
+        plan = self._one_atom(question)
         physical = lower(plan, self.profile, k=self.k, force=operator, simple=self.config.simple_plans)
         estimates = {str(o): op.estimate(plan, self.profile, self.k) for o, op in OPERATORS.items()}
         why = reason or (
@@ -313,7 +316,7 @@ class Engine:
             plan,
             self.profile,
             k=self.k,
-            force=None if strategy in ("auto", PLANNED) else strategy,
+            force=None if strategy in (AUTO, PLANNED) else strategy,
             simple=self.config.simple_plans,
         )
         return Planned(plan, physical, (time.perf_counter() - started) * 1000)
@@ -333,7 +336,7 @@ class Engine:
 
     def prepare(self, question: str, *, strategy: str, trace: Trace) -> Planned:
         """What :meth:`ask` runs for ``strategy``: a plan, or the question as one atom for an operator that needs none."""
-        if strategy != "auto" and not OPERATORS[Operator(strategy)].needs_plan:
+        if strategy != AUTO and not OPERATORS[strategy].needs_plan:
             return self.unparsed(question, strategy)
         return self.plan(question, strategy=strategy, trace=trace)
 
@@ -361,7 +364,7 @@ class Engine:
         """Run a planned question on its physical operator (the template when the question did not
         parse), without the final checks of :meth:`execute`."""
         if planned.physical is None:  # the question could not be parsed: the template needs no plan
-            simple = strategy == "auto" and self.config.simple_plans == Operator.RETRIEVE
+            simple = strategy == AUTO and self.config.simple_plans == Operator.RETRIEVE
             operator = RETRIEVE if simple else TEMPLATE
             result = operator.run(self, question, None, trace, strategy)
             return attrs.evolve(
@@ -371,7 +374,7 @@ class Engine:
                 operator=str(operator.name),
             )
         physical = planned.physical
-        result = OPERATORS[Operator(physical.operator)].run(self, question, physical, trace, strategy)
+        result = OPERATORS[physical.operator].run(self, question, physical, trace, strategy)
         plan = physical.logical if physical.parsed else None
         return attrs.evolve(
             result,

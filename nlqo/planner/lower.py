@@ -14,7 +14,6 @@ import attrs
 from nlqo.config import default
 from nlqo.execution.operators import OPERATORS
 from nlqo.execution.physical import BackendProfile, PhysicalPlan
-from nlqo.kinds import Operator
 from nlqo.optimizer.plan import ROOT, Plan
 from nlqo.runtime.llm.base import capabilities
 
@@ -167,11 +166,11 @@ def lower(
     estimates = {
         str(name): op.estimate(plan, profile, k) for name, op in OPERATORS.items() if op.candidate(kind, simple)
     }
-    if force in Operator.values():
-        operator, reason = Operator(force), f"forced by --strategy {force}"
+    if force is not None and force in OPERATORS:
+        operator, reason = OPERATORS[force].name, f"forced by --strategy {force}"
     else:
-        operator = Operator(min(estimates, key=lambda o: (estimates[o].ms, o)))
-        other = Operator(min((o for o in estimates if o != operator), key=lambda o: (estimates[o].ms, o)))
+        operator = OPERATORS[min(estimates, key=lambda o: (estimates[o].ms, o))].name
+        other = min((o for o in estimates if o != operator), key=lambda o: (estimates[o].ms, o))
         reason = (
             f"{kind} plan: {operator} est. {estimates[operator].ms / 1000:.1f} s < {other} est. "
             f"{estimates[other].ms / 1000:.1f} s (backend concurrency {profile.concurrency}{_concurrency_source(profile)}{_speedups(profile)}, "

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, TypeVar
 
-from nlqo.kinds import Operator
-
 if TYPE_CHECKING:
     from nlqo.common.passages import Embedder, Retriever
     from nlqo.config import EngineConfig
@@ -91,10 +89,10 @@ class Context(Protocol):
 
 
 class PhysicalOperator(Protocol):
-    """One way of answering a question. Modules of :mod:`nlqo.execution.operators` each define one."""
+    """One way of answering a question, registered in :data:`nlqo.execution.operators.OPERATORS`."""
 
     @property
-    def name(self) -> Operator: ...
+    def name(self) -> str: ...
 
     @property
     def label(self) -> str:

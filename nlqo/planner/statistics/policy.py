@@ -7,7 +7,7 @@
 
 A time budget first drops operators estimated to take longer (all but the fastest when none fits).
 No policy picks an operator that another one dominates (at least as good and at least as fast,
-better in one): ties on time go to the better estimate.
+better in one): ties on time go to the better estimate. An unmeasured operator (n=0) ranks below any measured.
 
 >>> cands = [Candidate("retrieve", 0.40, 0.30, 0.50, 50, 8.0), Candidate("iterate", 0.44, 0.34, 0.54, 50, 13.0),
 ...          Candidate("linear", 0.435, 0.30, 0.57, 50, 11.0), Candidate("tree", 0.30, 0.20, 0.40, 50, 28.0)]
@@ -46,6 +46,11 @@ class Candidate:
     basis: str = "all"
     """The statistics the estimate comes from: a question class, or ``all``."""
 
+    @property
+    def ranked_em(self) -> float:
+        """The EM it is ranked by: unknown (never measured, n=0) is below every measured estimate."""
+        return self.em if self.n else -1.0
+
 
 @attrs.frozen
 class Choice:
@@ -75,12 +80,12 @@ def points(margin: float) -> str:
 
 
 def _speed(c: Candidate) -> tuple[float, float, str]:
-    return (c.seconds, -c.em, c.operator)
+    return (c.seconds, -c.ranked_em, c.operator)
 
 
 def choose(
     candidates: Sequence[Candidate],
-    policy: str = Policy.BALANCED,
+    policy: str = default("policy"),
     *,
     time_budget: float | None = None,
     em_margin: float | None = None,
@@ -98,7 +103,7 @@ def choose(
         within = [c for c in pool if c.seconds <= time_budget]
         pool = within or [min(pool, key=_speed)]
         note = f"; time budget {time_budget:g} s" + ("" if within else ": none fits, the fastest runs")
-    best = max(pool, key=lambda c: (c.em, -c.seconds, c.operator))
+    best = max(pool, key=lambda c: (c.ranked_em, -c.seconds, c.operator))
     if policy == Policy.QUALITY:
         pick, why = best, f"best estimated EM {best.em:.1%}"
     elif policy == Policy.FAST:
@@ -108,7 +113,7 @@ def choose(
         margin = default("em_margin") if em_margin is None else em_margin
         if margin < 0:
             raise ConfigError(f"the EM margin must not be negative, not {margin:g}")
-        eligible = [c for c in pool if c.em >= best.em - margin - WITHIN]
+        eligible = [c for c in pool if c.ranked_em >= best.ranked_em - margin - WITHIN]
         pick = min(eligible, key=_speed)
         why = (
             f"fastest (est. {pick.seconds:.1f} s) whose EM {pick.em:.1%} is within the margin of {points(margin)} "
