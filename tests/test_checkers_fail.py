@@ -325,3 +325,31 @@ def test_check_cost_formula_rejects_each_broken_cost_model():
 def test_check_cost_formula_takes_a_rounding_error_near_zero():
     plan = planned(SIBLINGS)  # depth 2: the cost is 0, or 1e-12 from an evaluator that rounds differently
     assert check_cost_formula(OffByARoundingError.parse("cost = depth - 2", name="rounding"), plan) == 1e-12
+
+
+def test_check_declarations_measures_each_structural_metric_of_a_model_at_the_plans_subtrees():
+    from nlqo.testing import check_declarations
+    from nlqo.testing.strategies import chain
+
+    @structural(height=1)
+    def short_sighted(shape: Shape) -> float:
+        """Grows with the height up to 2, then falls: only a subtree of height 2 or more shows it."""
+        return float(shape.height if shape.height < 3 else 0)
+
+    def fan_out(tree, ctx) -> float:  # not declared structural: nothing to measure
+        return float(len(tree.children.get(ROOT, ())))
+
+    model = CostModel.parse(
+        "cost = depth + short_sighted - fan_out", metrics={"short_sighted": short_sighted, "fan_out": fan_out}
+    )
+    shallow = optimize(chain(1), cost_model=STRUCTURAL)  # subtrees of heights 0 and 1: one step up shows nothing
+    check_declarations(model, shallow, steps=(1,))
+    check_declarations(STRUCTURAL, planned(PINNED))
+    with pytest.raises(
+        InvariantError, match=re.escape("declares direction +1 in height but goes 1.0 -> 0.0 when it grows by 2")
+    ):
+        check_declarations(model, shallow)
+    with pytest.raises(
+        InvariantError, match=re.escape("short_sighted declares direction +1 in height but goes 2.0 -> 0.0")
+    ):
+        check_declarations(model, optimize(chain(4), cost_model=STRUCTURAL), steps=(1,))

@@ -34,14 +34,25 @@ def template_llm(final: str, again: str) -> ScriptedLLM:
     )
 
 
+class Clock:
+    """A stand-in for ``time.perf_counter`` that moves only when told: timings read from it are exact."""
+
+    def __init__(self) -> None:
+        self.now = time.perf_counter() + 3600.0  # ahead of any real reading taken before it was installed
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class SlowAgain:
-    """``llm``, but the call that asks again among the options takes ``DELAY_MS`` longer."""
+    """``llm``, but the call that asks again among the options takes ``DELAY_MS`` on ``clock``."""
 
     DELAY_MS = 200
 
-    def __init__(self, llm: ScriptedLLM) -> None:
+    def __init__(self, llm: ScriptedLLM, clock: Clock) -> None:
         self.llm = llm
         self.calls = llm.calls
+        self.clock = clock
 
     def __getattr__(self, name):
         return getattr(self.llm, name)
@@ -56,7 +67,7 @@ class SlowAgain:
 
     def _wait(self, prompt: str) -> None:
         if "Answer the question from the contexts" in prompt:
-            time.sleep(self.DELAY_MS / 1000)
+            self.clock.now += self.DELAY_MS / 1000
 
 
 @pytest.mark.parametrize(
@@ -132,12 +143,15 @@ def test_an_answer_the_runs_text_links_to_one_option_becomes_that_option_without
     assert last.note == "the answer 'Steven Spielberg' named no option; the run's own text names it with 'Jaws' only"
 
 
-def test_an_answer_linked_to_no_option_is_asked_again_among_the_options_over_the_runs_passages():
-    llm = SlowAgain(template_llm(" Ridley Scott", "Jaws"))
+def test_an_answer_linked_to_no_option_is_asked_again_among_the_options_over_the_runs_passages(monkeypatch):
+    clock = Clock()
+    llm = SlowAgain(template_llm(" Ridley Scott", "Jaws"), clock)
+    monkeypatch.setattr(time, "perf_counter", clock)  # only the extra call moves it
     result = engine(llm).ask(QUESTION)
     assert result.answer == "Jaws" and result.stop_reason.endswith(f"; {HELD}")
     last = result.trace[-1]
-    assert result.execution_ms >= SlowAgain.DELAY_MS > result.planning_ms  # the extra call counts as execution
+    # the extra call counts as execution, none of it as planning
+    assert (result.execution_ms, result.planning_ms) == (pytest.approx(SlowAgain.DELAY_MS), 0.0)
     assert last.node == CHOICE_NODE and "'Ridley Scott' named no option" in last.note and "Jaws | Alien" in last.note
     retrieved = {p.title for s in result.trace if s.kind == "retrieve" for p in s.passages}
     assert retrieved and all(title in llm.calls[-1] for title in retrieved)

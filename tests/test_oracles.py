@@ -413,9 +413,46 @@ def test_the_cache_oracle_fails_on_a_metric_that_reads_the_order_of_the_lines():
         check_relation_cache_round_trip(star(3), first)
 
 
+def joined(world: World, ir: str) -> set[str]:
+    """The answer variable's values in ``world``, by a plain join of the IR's atoms over the facts: no
+    engine, no plan, no LLM stand-in."""
+    query = parse(ir)
+    rows: list[dict[str, str]] = [{}]
+    for atom in query.atoms:
+        grown = []
+        for row in rows:
+            for fact in world.facts:
+                binding = dict(row)
+                for term, value in zip(atom.terms, fact):
+                    if isinstance(term, Var):
+                        if binding.setdefault(term.name, value) != value:
+                            break
+                    elif term.text != value:
+                        break
+                else:
+                    grown.append(binding)
+        rows = grown
+    return {row[query.answer[0].name] for row in rows}
+
+
 @pytest.mark.parametrize("question", sorted(MOVIES.questions))
-def test_every_plan_and_lowering_gives_the_worlds_answer(question):
-    assert check_differential(MOVIES, question) == MOVIES.questions[question][1]
+def test_every_plan_and_lowering_gives_the_worlds_answer(question, monkeypatch):
+    """Every run the differential check makes (three cost models, two budgets, two lowerings) answers
+    what a plain join of the facts gives; the answers are read from the runs, not from the check."""
+    from nlqo.main.engine import Engine
+
+    answers = []
+    execute = Engine.execute
+
+    def recorded(self, *args, **options):
+        result = execute(self, *args, **options)
+        answers.append(result.answer)
+        return result
+
+    monkeypatch.setattr(Engine, "execute", recorded)
+    check_differential(MOVIES, question)
+    assert joined(MOVIES, MOVIES.questions[question][0]) == {MOVIES.questions[question][1]}
+    assert answers == [MOVIES.questions[question][1]] * 12
 
 
 def test_the_differential_check_fails_when_the_world_disagrees():
@@ -510,6 +547,12 @@ def needs_many_pairs(monkeypatch):
     monkeypatch.setattr(dp, "search", scaled)
 
 
+def finishes_under_its_budget(monkeypatch):
+    """The DP is allowed one pair more than its budget: a budget one short of what it needs finishes it."""
+    search = dp.search
+    monkeypatch.setattr(dp, "search", lambda graph, *, budget, **options: search(graph, budget=budget + 1, **options))
+
+
 def both(*breaks):
     def breaking(monkeypatch):
         for b in breaks:
@@ -575,21 +618,29 @@ BROKEN_SEARCHES = [
         falls_back_at_its_budget,
         star(3),
         DEEP,
-        "a budget of 7 sub-plan pairs, what the unbounded search considered, did not finish the search",
+        "a budget of 7 sub-plan pairs, what the unbounded search used (7 pairs, 30 looks), did not finish the search",
     ),
     (
         "falls back short",
         falls_back_short,
         star(3),
         DEEP,
-        "a budget of 7 sub-plan pairs, what the unbounded search considered, did not finish the search",
+        "a budget of 7 sub-plan pairs, what the unbounded search used (7 pairs, 30 looks), did not finish the search",
     ),
     (
         "needs many pairs and falls back at its budget",
         both(needs_many_pairs, falls_back_at_its_budget),
         star(3),
         DEEP,
-        "a budget of 70000 sub-plan pairs, what the unbounded search considered, did not finish the search",
+        "a budget of 70000 sub-plan pairs, what the unbounded search used (70000 pairs, 30 looks), did not finish "
+        "the search",
+    ),
+    (
+        "finishes under its budget",
+        finishes_under_its_budget,
+        star(3),
+        DEEP,
+        "a budget of 6 sub-plan pairs, one less than the unbounded search used, finished the search",
     ),
     (
         "needs many pairs and a beam under-reports",
@@ -742,3 +793,40 @@ def test_the_invariance_oracle_fails_on_each_broken_optimizer(monkeypatch, break
     with pytest.raises(InvariantError) as caught:
         check_invariance(chain(3), model)
     assert str(caught.value) == message
+
+
+def test_a_search_that_needs_more_looks_than_ten_a_pair_gets_the_budget_its_looks_need():
+    """On the growing branch the pins make the DP look eleven times a pair (the search also stops after
+    ten looks per pair of its budget): the oracle gives it a budget of a tenth of its looks, which
+    finishes it, where the pairs alone did not (the oracle failed on the engine as it was)."""
+    from nlqo.testing.sweep import GROWING_BRANCH
+
+    stats = Optimizer(cost_model=STRUCTURAL, rules=(), budget=10**9).optimize(GROWING_BRANCH).stats
+    assert (stats.pairs, stats.looks) == (204, 2276)
+    assert Optimizer(cost_model=STRUCTURAL, rules=(), budget=204).optimize(GROWING_BRANCH).stats.fallback
+    assert not Optimizer(cost_model=STRUCTURAL, rules=(), budget=228).optimize(GROWING_BRANCH).stats.fallback
+    assert Optimizer(cost_model=STRUCTURAL, rules=(), budget=227).optimize(GROWING_BRANCH).stats.fallback
+    check_search_monotone(GROWING_BRANCH, STRUCTURAL)
+
+
+def test_the_brute_force_oracle_reaches_eleven_atoms_where_one_has_a_choice():
+    """The growing branch's pins leave q3 two parents: two trees, and the cheaper one is the plan's."""
+    from nlqo.testing import cheapest
+    from nlqo.testing.sweep import GROWING_BRANCH
+
+    plan = Optimizer(cost_model=STRUCTURAL, rules=()).optimize(GROWING_BRANCH)
+    best = cheapest(plan, STRUCTURAL)
+    assert (best.cover, best.cost, dict(best.tree.parent)["q3"]) == (11, -20.0, "q2")
+    check_optimal(plan, STRUCTURAL)
+    with pytest.raises(ValueError, match=r"brute force over 2 candidate trees \(11 atoms\) would take too long"):
+        cheapest(plan, STRUCTURAL, max_trees=1)
+
+
+def test_the_brute_force_oracle_covers_what_the_question_reaches_and_no_more():
+    """An atom no allowed edge reaches is never placed: the optimum covers the rest, as the plan does."""
+    from nlqo.testing import cheapest
+
+    query = parse('q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nq3 = (?x, "p", "y")\nanswer ?c\n')
+    plan = Optimizer(cost_model=STRUCTURAL, rules=()).optimize(query)
+    best = cheapest(plan, STRUCTURAL)
+    assert best.cover == 2 == len(plan.tree.parent) and best.cost == plan.cost.total

@@ -169,7 +169,7 @@ def test_a_killed_server_restarts_and_serves_the_same_answer(index):
     assert status == 200
     hanging = threading.Thread(target=lambda: _swallow(first.request, "POST", "/v1/ask", {"question": QUESTIONS[1]}))
     hanging.start()
-    time.sleep(0.5)
+    _wait_for(lambda: _admitted(first) > 0, "the second question was never admitted")
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # mid-request
     hanging.join(30)
     second = Server(index)
@@ -178,6 +178,20 @@ def test_a_killed_server_restarts_and_serves_the_same_answer(index):
         assert again[0] == 200 and again[1]["answer"] == body["answer"]
     finally:
         assert second.stop() == 0  # SIGTERM: a graceful stop
+
+
+def _admitted(server: Server) -> int:
+    """Requests the server is answering or has queued, from its /v1/stats."""
+    stats = server.request("GET", "/v1/stats", timeout=10)[1]
+    return stats["running"] + stats["queue_length"]
+
+
+def _wait_for(condition, what: str, timeout_s: float = 60.0) -> None:
+    """Poll ``condition`` until it holds; fail saying ``what`` after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def _swallow(call, *args):

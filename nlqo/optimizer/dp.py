@@ -110,6 +110,8 @@ class DPResult:
     beam_dropped: int
     exhausted: bool
     """True when the pair budget ran out before the search finished."""
+    looks: int = 0
+    """Looks for a join partner (the search stops after ``PROBES_PER_PAIR * budget`` of them)."""
 
 
 def search(
@@ -191,7 +193,12 @@ def search(
                 complete.setdefault(m, []).extend(e for _, _, e in frontier)
     subsets = len({m for level in states for (m, _, _) in level})
     return DPResult(
-        complete=complete, subsets=subsets, pairs=min(pairs, budget), beam_dropped=dropped, exhausted=exhausted
+        complete=complete,
+        subsets=subsets,
+        pairs=min(pairs, budget),
+        beam_dropped=dropped,
+        exhausted=exhausted,
+        looks=probes,
     )
 
 

@@ -206,6 +206,7 @@ class Optimizer:
         stats = SearchStats(
             subsets=result.subsets,
             pairs=result.pairs,
+            looks=result.looks,
             fallback=result.exhausted,
             method="greedy" if result.exhausted else "dp",
             candidates=len(parents),

@@ -99,6 +99,8 @@ class SearchStats:
     """Distinct atom sets for which the search kept at least one sub-plan."""
     pairs: int = 0
     """Sub-plan pairs considered for a join."""
+    looks: int = 0
+    """Looks for a join partner, found or not (the DP also stops after ten per pair of its budget)."""
     pruned_pairs: int = 0
     """Atom pairs whose relation is ``none``, never joined."""
     fallback: bool = False

@@ -5,16 +5,18 @@
   (``pip install nlqo[testing]``); everything else here does not.
 * :mod:`nlqo.testing.invariants` - checkers that raise :class:`InvariantError` with a message:
   :func:`check_plan` (a tree over the kept atoms, acyclic, allowed edges, pins respected, the
-  answer at the root, every input atom accounted for), :func:`check_cost_deterministic` and
-  :func:`check_monotone`.
+  answer at the root, every input atom accounted for), :func:`check_cost_deterministic`,
+  :func:`check_monotone` and :func:`check_declarations` (every structural metric of a cost model
+  moves as it declares, measured at a plan's subtrees).
 * :mod:`nlqo.testing.oracle` - :func:`cheapest`, the brute-force optimum to compare a plan with.
 * :mod:`nlqo.testing.fixtures` - :func:`check_rule_file`, the golden-fixture runner for rewrite rules.
 * :mod:`nlqo.testing.fakes` - :class:`ScriptedLLM`, :class:`HashEmbedder`, :class:`KeywordRetriever`.
 * :mod:`nlqo.testing.oracles` - metamorphic oracles (optimality, the cost formula, invariance,
   search monotonicity, the relation cache, merge checks); :mod:`nlqo.testing.world` - a fake world
   in which every plan of a question must give the same, true answer (differential runs).
-* :mod:`nlqo.testing.bugs` - seeded optimizer bugs, and :func:`~nlqo.testing.bugs.sweep`, which
-  runs the whole kit; docs/testing.md shows which check catches which bug.
+* :mod:`nlqo.testing.sweep` - :func:`~nlqo.testing.sweep.sweep`, which runs the whole kit on a corpus
+  of queries and cost models (yours, if you pass them); docs/testing.md shows which check catches
+  which of the seeded bugs (tests/seeded_bugs.py, not shipped).
 * :mod:`nlqo.testing.plan_score` - :func:`plan_score`, a plan against a gold decomposition
   (:class:`~nlqo.testing.gold.Gold`; :func:`~nlqo.testing.gold.load_gold` reads the shared sets' golds).
 
@@ -35,6 +37,7 @@ from nlqo.testing.invariants import (
     InvariantError,
     check_cost_deterministic,
     check_cost_formula,
+    check_declarations,
     check_monotone,
     check_plan,
 )
@@ -54,6 +57,7 @@ __all__ = [
     "all_trees",
     "check_cost_deterministic",
     "check_cost_formula",
+    "check_declarations",
     "check_monotone",
     "check_plan",
     "check_rule_file",

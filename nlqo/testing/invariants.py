@@ -6,13 +6,13 @@ from __future__ import annotations
 import ast
 import math
 import random
-from typing import Callable, Mapping
+from typing import Callable, Mapping, Sequence
 
 import attrs
 
 from nlqo.optimizer.cost import CostContext, CostModel
 from nlqo.optimizer.cost.metrics import Metric, structure_of
-from nlqo.optimizer.cost.shape import FIELDS, Shape
+from nlqo.optimizer.cost.shape import FIELDS, Shape, shape_of
 from nlqo.ir import Query, Var
 from nlqo.kinds import RelationKind
 from nlqo.common.passages import Embedder
@@ -224,3 +224,25 @@ def check_monotone(metric: Metric, shape: Shape, field: str, step: int = 1) -> N
         _fail(
             f"{name} declares direction {declared[field]:+d} in {field} but goes {before} -> {after} when it grows by {step}"
         )
+
+
+def check_declarations(model: CostModel, plan: Plan, *, steps: Sequence[int] = (1, 2)) -> None:
+    """Every structural metric ``model`` reads moves as it declares, measured where plans are: at the
+    structural summary of ``plan``'s tree and of each of its subtrees, each field grown by each of
+    ``steps`` (:func:`check_monotone`). The search prunes by the declarations, so one that names the
+    wrong field, the wrong sign or too few fields can cost an optimal plan; this finds it on any plan,
+    also where no query of a corpus shows the wrong plan."""
+    ctx = CostContext(plan.query, dict(plan.relations))
+    tree = plan.tree
+
+    def siblings(a: str, b: str) -> bool:
+        return ctx.relation(a, b) == RelationKind.SIBLING
+
+    shapes = sorted({shape_of(n, tree.children, siblings, synthetic_root=ROOT) for n in tree.nodes}, key=repr)
+    for name in sorted(model.names):
+        if structure_of(model.metrics[name]) is None:
+            continue
+        for shape in shapes:
+            for field in FIELDS:
+                for step in steps:
+                    check_monotone(model.metrics[name], shape, field, step)

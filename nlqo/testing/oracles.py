@@ -7,8 +7,9 @@ TLP and CERT test database optimizers. Each takes a query (or a plan) and raises
 * :func:`check_invariance` - renaming variables, reordering atom and relation lines, and adding a
   duplicate atom (which the rewrite rules merge) change neither the plan's cost nor its tree.
 * :func:`check_search_monotone` (CERT-style) - a larger search budget never gives a costlier plan,
-  a budget of exactly the pairs an unbounded search considered still finishes it, the exact DP is
-  never costlier than greedy, and a narrow beam never beats the full search nor hides its cut.
+  a budget of exactly what an unbounded search used still finishes it (one less does not), the
+  exact DP is never costlier than greedy, and a narrow beam never beats the full search nor hides
+  its cut.
 * :func:`check_relation_cache_round_trip` - relations saved to a cache file answer the same query
   (atoms in another order) with no LLM call and the same relations; a torn file is refused.
 * :func:`check_merge_context` - with context-aware merging every merge check shows the LLM the
@@ -29,6 +30,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.optimizer.cost import CostModel, load_cost_model
+from nlqo.optimizer.dp import PROBES_PER_PAIR
 from nlqo.errors import ConfigError
 from nlqo.ir import Atom, Query, Var
 from nlqo.kinds import RelationKind
@@ -126,11 +128,13 @@ def check_invariance(query: Query, model: CostModel | None = None) -> None:
 
 def check_search_monotone(query: Query, model: CostModel | None = None) -> None:
     """Estimates move one way as the search gets more room (CERT-style): costs never rise with the
-    budget, the exact DP is never costlier than greedy (budget 0), and a budget of exactly the pairs
-    the unbounded search considered finishes it with the same cost."""
+    budget, the exact DP is never costlier than greedy (budget 0), and a budget of exactly what the
+    unbounded search used (its pairs, or a tenth of its looks for a pair if more) finishes it with the
+    same cost, one less does not."""
     model = model or _structural()
     unbounded = _optimizer(model, rules=(), budget=BIG_BUDGET).optimize(query)
-    used = unbounded.stats.pairs
+    # the DP stops on pairs and, ten times over, on looks for a pair: this budget just finishes it
+    used = max(unbounded.stats.pairs, -(-unbounded.stats.looks // PROBES_PER_PAIR))
     costs = []
     for budget in sorted({0, used // 2, used, BIG_BUDGET}):
         plan = _optimizer(model, rules=(), budget=budget).optimize(query)
@@ -152,7 +156,16 @@ def check_search_monotone(query: Query, model: CostModel | None = None) -> None:
             )
     at_used = next((p for b, _, p in costs if b == used), None)
     if used and not unbounded.stats.fallback and (at_used is None or at_used.stats.fallback):
-        _fail(f"a budget of {used} sub-plan pairs, what the unbounded search considered, did not finish the search")
+        _fail(
+            f"a budget of {used} sub-plan pairs, what the unbounded search used ({unbounded.stats.pairs} pairs, "
+            f"{unbounded.stats.looks} looks), did not finish the search"
+        )
+    if (
+        used
+        and not unbounded.stats.fallback
+        and not _optimizer(model, rules=(), budget=used - 1).optimize(query).stats.fallback
+    ):
+        _fail(f"a budget of {used - 1} sub-plan pairs, one less than the unbounded search used, finished the search")
 
 
 class CacheFiller:

@@ -1,18 +1,16 @@
-"""A catalogue of seeded optimizer bugs, and the sweep that shows the public kit catches each one.
+"""A catalogue of seeded optimizer bugs, each caught by the public kit's sweep (:mod:`nlqo.testing.sweep`).
 
 Each :class:`SeededBug` is a small change to the source of one engine function, of the kind a
-contributor could make: the cycle check dropped, a pin ignored, a cost sign flipped. :func:`seeded`
-applies one for the length of a ``with`` block (the function is recompiled from the changed source
-and put in place of the original wherever nlqo holds it); the optimizer's own ``verify`` step is
-switched off meanwhile, so only the kit's checks count. :func:`sweep` runs every public check of
-:mod:`nlqo.testing` (the invariant checkers and the metamorphic oracles) over a small corpus of
-queries and cost models and returns what failed. docs/testing.md has the table of which check
-catches which bug; ``tests/test_seeded_bugs.py`` proves every one is caught.
+contributor could make (a pin ignored, a cost sign flipped) or of a mutation that once survived the
+whole suite (``Order.of`` 11, 27, 33 and ``search`` 127, 174 of the mutation history). :func:`seeded`
+applies one for the length of a ``with`` block: the function is recompiled from the changed source
+and put in place of the original wherever nlqo holds it; the optimizer's own ``verify`` step is
+switched off meanwhile, so only the kit's checks count. ``tests/test_seeded_bugs.py`` proves that the
+sweep catches every one, by the check the catalogue names.
 
->>> [b.name for b in BUGS][:3]
-['pin ignored', 'none pair attached', 'non-answer atom under the root']
->>> sweep() == []  # the engine as it is: no check fails
-True
+This module lives under tests/, not in the package: it pins the text of internal functions, which
+may change with any refactoring. ``python tests/seeded_bugs.py`` writes the catalogue's table into
+docs/testing.md.
 """
 
 from __future__ import annotations
@@ -23,27 +21,13 @@ import importlib
 import inspect
 import sys
 import textwrap
+from pathlib import Path
 from typing import Callable, Iterator
 from unittest import mock
 
 import attrs
 
-from nlqo.optimizer.cost import CostModel, load_cost_model
-from nlqo.ir import Query, Relation
-from nlqo.kinds import RelationKind
-from nlqo.ir.syntax import parse
-from nlqo.testing.fakes import HashEmbedder
-from nlqo.testing.invariants import check_cost_deterministic, check_cost_formula, check_plan
-from nlqo.testing.oracles import (
-    CacheFiller,
-    check_invariance,
-    check_merge_context,
-    check_optimal,
-    check_relation_cache_round_trip,
-    check_search_monotone,
-)
-from nlqo.testing.strategies import chain, plan, star
-from nlqo.testing.world import MOVIES, check_differential
+ISSUE_42 = "issue 42: written for the kit, a change a contributor could make"
 
 
 @attrs.frozen
@@ -56,7 +40,11 @@ class SeededBug:
     original: str
     mutant: str
     caught_by: str
-    """The kit's check that catches it (the first in :data:`CHECKS` order)."""
+    """The kit's check that catches it (the first in :data:`nlqo.testing.sweep.CHECKS` order)."""
+    source: str = ISSUE_42
+    """Where the idea came from: written for the kit, a mutant that survived the suite, an issue."""
+    oracle_change: str = ""
+    """What in the kit had to change before it caught the bug (empty: nothing)."""
 
 
 BUGS: tuple[SeededBug, ...] = (
@@ -196,6 +184,82 @@ BUGS: tuple[SeededBug, ...] = (
         "checks -= 1",
         "check_merge_context",
     ),
+    SeededBug(
+        "leaf count left out of the pruning",
+        "the DP prunes sub-plans as if the cost did not read the leaf count",
+        "nlqo.optimizer.dp:Order.of",
+        'for f in ("imbalance", "edges", "leaves")',
+        'for f in ("imbalance", "edges")',
+        "check_optimal",
+        "mutmut survivor Order.of 11 (and 12: the field's name misspelt), 2026-12-06 re-check",
+        "the sweep gained the model few-leaves (cost = depth + leaves), its first that costs the leaf count",
+    ),
+    SeededBug(
+        "shortest child not compared",
+        "the DP keeps one of two sub-plans that differ only in their shortest child, whichever came first",
+        "nlqo.optimizer.dp:Order.of",
+        '[("min_child", -mode("imbalance") if directions["imbalance"] is not None else _EQUAL)]',
+        "[]",
+        "check_optimal",
+        "mutmut survivor Order.of 27, 2026-12-06 re-check (a test with hand-built 9-atom shapes killed it)",
+        "the corpus gained the growing branch (11 atoms), and the brute-force oracle enumerates the trees of "
+        "the atoms that have a choice instead of refusing queries of more than 8 atoms",
+    ),
+    SeededBug(
+        "shortest child compared the wrong way",
+        "when imbalance costs, the DP keeps the sub-plan whose shortest child is shorter",
+        "nlqo.optimizer.dp:Order.of",
+        '-mode("imbalance") if',
+        '+mode("imbalance") if',
+        "check_optimal",
+        "mutmut survivor Order.of 33, 2026-12-06 re-check",
+        "as for 'shortest child not compared'",
+    ),
+    SeededBug(
+        "depth declared by the size",
+        "the depth metric declares that it grows with the size, not the height, so the DP prunes on no height",
+        "nlqo.optimizer.cost.metrics:depth",
+        "@structural(height=1)",
+        "@structural(size=1)",
+        "check_optimal",
+        "issue 53: a lying @structural declaration; mutmut does not mutate decorated functions",
+        "the sweep builds its models at each call (it built them once, at import, holding the metrics of then) "
+        "and gained few-leaves, a model without imbalance (which makes the DP compare heights for equality "
+        "anyway); the new check_declarations, later in the sweep, also catches it",
+    ),
+    SeededBug(
+        "overlapping child ends the search for partners",
+        "the DP stops trying children for a sub-plan at the first one that shares an atom with it",
+        "nlqo.optimizer.dp:search",
+        "if m1 & m2:\n    continue",
+        "if m1 & m2:\n    break",
+        "check_optimal",
+        "mutmut survivor search 127 (commit 7233774)",
+        "the corpus gained the growing branch (11 atoms), which the brute-force oracle reaches now",
+    ),
+    SeededBug(
+        "look limit one early",
+        "the DP gives up when its looks for a partner reach ten per pair of its budget, not when they pass it",
+        "nlqo.optimizer.dp:search",
+        "if probes > PROBES_PER_PAIR * budget:",
+        "if probes >= PROBES_PER_PAIR * budget:",
+        "check_search_monotone",
+        "mutmut survivor search 174 (commit 8805dec)",
+        "check_search_monotone gives the search a budget of what it used, its pairs or a tenth of its looks "
+        "(the plan's stats count looks now), and the corpus gained 'ten looks a pair', where the two meet",
+    ),
+    SeededBug(
+        "equal dimension ignored when replacing",
+        "a new sub-plan drops those it beats in the ordered dimensions even where a dimension that must be "
+        "equal differs",
+        "nlqo.optimizer.dp:_insert",
+        "kept = [f for f in frontier if not (f[0] == eq and all(x <= y for x, y in zip(vec, f[1])))]",
+        "kept = [f for f in frontier if not all(x <= y for x, y in zip(vec, f[1]))]",
+        "check_optimal",
+        "modelled on the three dp._insert mutants that survived the first mutation run (commit 8a06178 tests "
+        "the frontier by value: a sub-plan of another height is kept)",
+        "",
+    ),
 )
 """Every seeded bug, in the order docs/testing.md lists them."""
 
@@ -233,10 +297,13 @@ def _mutated(bug: SeededBug) -> tuple[object, str, Callable]:
         raise ValueError(
             f"seeded bug {bug.name!r}: {bug.original!r} occurs {text.count(original)} times in {bug.function}"
         )
-    namespace = dict(vars(module))
-    exec(compile(text.replace(original, mutant), f"<{bug.function} seeded: {bug.name}>", "exec"), namespace)
     *owners, name = qualname.split(".")
-    new = namespace[name]
+    changed = text.replace(original, mutant)
+    if owners:  # a class member is compiled in a class body: its name must not shadow a module global
+        changed = "class _Seeded:\n" + textwrap.indent(changed, "    ")
+    namespace = dict(vars(module))
+    exec(compile(changed, f"<{bug.function} seeded: {bug.name}>", "exec"), namespace)
+    new = vars(namespace["_Seeded"])[name] if owners else namespace[name]
     host: object = module
     for owner in owners:
         host = getattr(host, owner)
@@ -261,151 +328,30 @@ def seeded(bug: SeededBug) -> Iterator[None]:
         for holder in holders:
             stack.enter_context(mock.patch.object(holder, name, new))
         stack.enter_context(mock.patch("nlqo.optimizer.optimizer.verify", lambda plan, graph=None: plan))
-        yield
-
-
-CORPUS: tuple[tuple[str, Query], ...] = (
-    ("chain of 4", chain(4)),
-    ("star of 4", star(4)),
-    ("star of 5", star(5)),
-    ("star of 4 with a pin", attrs.evolve(star(4), relations=(Relation("q2", RelationKind.PARENT, "q3"),))),
-    (
-        "pinned comparison",
-        parse(
-            'question "Which came first, Jaws or Alien?"\n'
-            'q1 = (?f1, "released in", ?y1)\nq2 = (?f2, "released in", ?y2)\nq3 = (?f1, "title", "Jaws")\n'
-            'q4 = (?f2, "title", "Alien")\nq5 = (?first, "came before", ?other)\n'
-            "relation q5 parent q1\nrelation q5 parent q2\nrelation q1 parent q3\nrelation q2 parent q4\nanswer ?first\n"
-        ),
-    ),
-    (
-        "bridge with a pin and an unreachable atom",
-        parse(
-            'question "In which country is the city where the director of Jaws was born the capital?"\n'
-            'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?c)\nq3 = (?c, "capital of", ?n)\n'
-            'q4 = (?x, "directed", "Alien")\nrelation q2 parent q1\nrelation q4 none q1\nanswer ?c\n'
-        ),
-    ),
-    (
-        "siblings and a duplicate",
-        parse(
-            'q1 = (?b, "formed in", ?city)\nq2 = (?b, "released", "Counterparts")\nq3 = (?b, "released", "Counterparts")\n'
-            'q4 = (?city, "lies in", ?country)\nrelation q1 sibling q2\nanswer ?city\n'
-        ),
-    ),
-)
-"""Queries the sweep plans: chains, stars, pins of every kind, a duplicate and an unreachable atom."""
-
-MODELS: tuple[CostModel, ...] = (
-    load_cost_model("structural"),
-    CostModel.parse("cost = imbalance - depth - edges", name="deep"),
-    CostModel.parse("cost = depth + 2 * imbalance - size", name="bushy"),
-    CostModel.parse("cost = abs(depth - 2) + imbalance - edges", name="two-deep"),
-)
-"""Cost models the sweep plans under: the shipped structural one, one that favours deep trees
-(so LLM-decided edges are used), one that favours bushy ones, and one that wants depth two (its
-``abs`` moves both ways, so the DP must keep more sub-plans)."""
-SIMILAR = load_cost_model("default")
-"""The shipped default model (its similarity term, embedded by :class:`HashEmbedder`)."""
-
-
-@attrs.frozen
-class Catch:
-    """A check that failed: which, on what, and its message."""
-
-    check: str
-    case: str
-    message: str
-
-
-def _plans(query: Query, model: CostModel) -> Iterator:
-    from nlqo.optimizer.optimizer import Optimizer
-
-    yield Optimizer(cost_model=model).optimize(query)  # the default rewrite rules, no LLM
-    yield plan(query, cost_model=model, seed=0)  # no rules, a stand-in LLM for undecided pairs
-    yield Optimizer(cost_model=model, rules=(), budget=3).optimize(query)  # the greedy fallback
-    yield Optimizer(cost_model=model, rules=(), beam=1).optimize(query)  # a beam that cuts
-    yield Optimizer(cost_model=model, rules=(), llm=CacheFiller()).optimize(query)  # one-way LLM relations
-
-
-def _plan_checks(query: Query, model: CostModel) -> None:
-    for p in _plans(query, model):
-        check_plan(p, source=query)
-
-
-def _optimality(query: Query, model: CostModel) -> None:
-    for p in _plans(query, model):
-        check_optimal(p, model)
-
-
-def _determinism(query: Query, model: CostModel) -> None:
-    for p in _plans(query, model):
-        check_cost_deterministic(model, p)
-    p = plan(query, cost_model=SIMILAR, seed=0, embedder=HashEmbedder())
-    check_cost_deterministic(SIMILAR, p, embedder=HashEmbedder())
-
-
-def _formula(query: Query, model: CostModel) -> None:
-    for p in _plans(query, model):
-        check_cost_formula(model, p)
-    check_cost_formula(
-        SIMILAR, plan(query, cost_model=SIMILAR, seed=0, embedder=HashEmbedder()), embedder=HashEmbedder()
-    )
-
-
-CHECKS: tuple[tuple[str, Callable[[Query, CostModel], None]], ...] = (
-    ("check_plan", _plan_checks),
-    ("check_optimal", _optimality),
-    ("check_cost_deterministic", _determinism),
-    ("check_cost_formula", _formula),
-    ("check_invariance", lambda q, m: check_invariance(q, m)),
-    ("check_search_monotone", lambda q, m: check_search_monotone(q, m)),
-    ("check_relation_cache_round_trip", lambda q, m: check_relation_cache_round_trip(q, m)),
-    ("check_merge_context", lambda q, m: check_merge_context(q, m)),
-)
-"""The public kit's checks, in the order the sweep runs them."""
-
-
-def _cases() -> Iterator[tuple[str, str, Callable[[], object]]]:
-    """(check, case, run) for every check of the kit on every case it takes."""
-    for check_name, check in CHECKS:
-        for case, query in CORPUS:
-            for model in MODELS:
-                yield check_name, f"{case} / {model.name}", lambda c=check, q=query, m=model: c(q, m)  # type: ignore[misc]
-    for question in MOVIES.questions:
-        yield "check_differential", question, lambda q=question: check_differential(MOVIES, q)  # type: ignore[misc]
-
-
-def sweep(*, first_only: bool = False) -> list[Catch]:
-    """Run every check in :data:`CHECKS` on every query of :data:`CORPUS` under every model of
-    :data:`MODELS`, then the differential check on every question of the fake world
-    (:data:`nlqo.testing.world.MOVIES`); return what failed (with ``first_only``, stop at the first
-    failure). A check that crashes counts as a catch too: a bug that makes the engine raise is found."""
-    caught: list[Catch] = []
-    for check_name, case, run in _cases():
         try:
-            run()
-        except Exception as exc:  # an InvariantError, or the engine failing under a bug
-            caught.append(Catch(check_name, case, f"{type(exc).__name__}: {exc}"))
-            if first_only:
-                return caught
-    return caught
+            yield
+        finally:  # a module first imported in the block took the bug with it: give it the original
+            for module in list(sys.modules.values()):
+                if module is not None and module.__name__.startswith("nlqo") and getattr(module, name, None) is new:
+                    setattr(module, name, old)
 
 
 def catalogue_table() -> str:
     """The catalogue as the Markdown table docs/testing.md shows."""
-    rows = ["| seeded bug | what changes | where | caught by |", "|---|---|---|---|"]
+    rows = [
+        "| seeded bug | what changes | where | caught by | where the idea came from | oracle changed to catch it |",
+        "|---|---|---|---|---|---|",
+    ]
     for bug in BUGS:
-        rows.append(f"| {bug.name} | {bug.what} | `{bug.function}` | `{bug.caught_by}` |")
+        rows.append(
+            f"| {bug.name} | {bug.what} | `{bug.function}` | `{bug.caught_by}` | {bug.source} | "
+            f"{bug.oracle_change or 'no'} |"
+        )
     return "\n".join(rows)
 
 
 if __name__ == "__main__":
-    from pathlib import Path
-
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from nlqo.common.docblocks import write_block
 
-    write_block(Path(__file__).resolve().parents[2] / "docs" / "testing.md", "seeded-bugs", catalogue_table())
-
-
-__all__ = ["BUGS", "CHECKS", "CORPUS", "Catch", "MODELS", "SeededBug", "catalogue_table", "seeded", "sweep"]
+    write_block(Path(__file__).resolve().parents[1] / "docs" / "testing.md", "seeded-bugs", catalogue_table())
