@@ -15,7 +15,7 @@ from nlqo.config import EngineConfig
 from nlqo.explain import analyze
 from nlqo.main.engine import Engine
 from nlqo.planner.statistics.calibration import Calibration, CascadePlan, Logistic, Mix, OperatorCalibration
-from nlqo.planner.statistics.store import Statistics, save
+from nlqo.planner.statistics.store import OperatorStats, Statistics, save
 from nlqo.runtime.llm import ScriptedLLM
 from nlqo.runtime.llm.scripted import word_confidence
 
@@ -23,6 +23,10 @@ QUESTION = "In which city was the director of Jaws born?"
 RAG = "given documents"
 IR = 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
 FEATURE = "answer.mean_logprob"
+
+
+MEASURED = {"retrieve": {"all": OperatorStats(n=10, em=0.4, em_low=0.2, em_high=0.6)}}
+"""A statistics file's least: one operator measured over all questions."""
 
 
 def p_right(logprob: float, supported: bool) -> float:
@@ -173,7 +177,7 @@ def test_a_forced_cascade_reads_the_calibration_of_its_own_setup_only(tmp_path):
     from nlqo.main.builder import load_calibration
 
     path = save(
-        Statistics(measured_on={"model": "m", "k": 3}, operators={}, calibration=calibration("linear")),
+        Statistics(measured_on={"model": "m", "k": 3}, operators=MEASURED, calibration=calibration("linear")),
         tmp_path / "s.json",
     )
     assert load_calibration(EngineConfig(statistics=path), {"model": "m", "k": 3}).calibration == calibration("linear")

@@ -23,6 +23,10 @@ RAG = "given documents"
 IR = 'q1 = (?d, "directed", "Jaws")\nq2 = (?d, "born in", ?city)\nanswer ?city'
 
 
+MEASURED = {"retrieve": {"all": OperatorStats(n=10, em=0.4, em_low=0.2, em_high=0.6)}}
+"""A statistics file's least: one operator measured over all questions."""
+
+
 def engine(llm, **options) -> Engine:
     config = EngineConfig(
         cost_model="structural", measure_costs=False, kv_reuse=False, max_hops=2, repairs=0, **options
@@ -119,7 +123,8 @@ def test_statistics_of_another_model_are_refused_naming_the_difference(tmp_path)
     from nlqo.main.builder import load_statistics
 
     path = save(
-        Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators={}), tmp_path / "statistics.json"
+        Statistics(measured_on={"model": "qwen2.5-coder-1.5b", "k": 3}, operators=MEASURED),
+        tmp_path / "statistics.json",
     )
     with pytest.raises(ConfigError, match=r"model 'qwen2.5-coder-1.5b', not 'smollm2-135m'.*nlqo analyze"):
         load_statistics(EngineConfig(statistics=path), {"model": "smollm2-135m", "k": 3})

@@ -56,5 +56,9 @@ def _explain(args: argparse.Namespace, engine) -> int:
         )
     physical = planned.physical
     result = engine.execute(args.question, planned, strategy=strategy, trace=trace) if args.analyze else None
-    formats.write(formats.render(formats.PhysicalView.of(engine.optimizer, physical, result), args.format), args.out, say=not args.quiet)
+    formats.write(
+        formats.render(formats.PhysicalView.of(engine.optimizer, physical, result), args.format),
+        args.out,
+        say=not args.quiet,
+    )
     return 0

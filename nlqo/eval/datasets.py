@@ -7,8 +7,10 @@ yes or no (StrategyQA) is a yes/no set, scored after mapping predictions to yes/
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
+import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -98,11 +100,16 @@ def parse_question(record: Any) -> Question:
         missing.append("answers")
     if missing:
         raise ValueError(f"missing field(s): {', '.join(missing)}")
-    given = [answers] if isinstance(answers, str) else list(answers or ())
+    if not isinstance(answers, (str, list)):
+        raise ValueError(f"the answers are {_json_type(answers)}, not a string or a list of strings")
+    given = [answers] if isinstance(answers, str) else answers
     answers = [str(a) for a in given if str(a).strip()]
     if not answers:
         raise ValueError("no gold answer")
-    titles = dict.fromkeys(str(t) for t in record.get("supporting_titles") or ())
+    supporting = record.get("supporting_titles") or ()
+    if not isinstance(supporting, (list, tuple)):
+        raise ValueError(f"supporting_titles is {_json_type(supporting)}, not a list of titles")
+    titles = dict.fromkeys(str(t) for t in supporting)
     return Question(
         id=str(record["id"]),
         question=str(record["question"]),
@@ -112,24 +119,61 @@ def parse_question(record: Any) -> Question:
     )
 
 
+def _json_type(value: Any) -> str:
+    """The JSON type of a decoded value, for messages.
+
+    >>> _json_type(7), _json_type(True), _json_type({})
+    ('a number', 'true or false', 'an object')
+    """
+    if isinstance(value, bool):
+        return "true or false"
+    kinds = ((int, "a number"), (float, "a number"), (dict, "an object"), (list, "a list"), (str, "a string"))
+    return next((name for kind, name in kinds if isinstance(value, kind)), "null")
+
+
+def _record(raw: bytes) -> Any:
+    """One line's JSON value; a line that is not UTF-8 or not JSON is a ValueError saying where and why."""
+    try:
+        line = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1}); save the file as UTF-8"
+        ) from None
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"invalid JSON: {exc.msg} (column {exc.colno})") from None
+    except RecursionError:
+        raise ValueError("invalid JSON: nested too deeply") from None
+
+
 def _read(path: Path, limit: int | None) -> Iterator[Question]:
-    opener = gzip.open if path.suffix == ".gz" else open
     if limit is not None and limit <= 0:
         return
-    count = 0
+    count = line_no = 0
     try:
-        with opener(path, "rt", encoding="utf-8") as fh:
-            for line_no, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    yield parse_question(json.loads(line))
-                except ValueError as exc:  # JSONDecodeError is a ValueError
-                    raise CorpusError(str(exc), path=str(path), line=line_no) from exc
-                count += 1
-                if limit is not None and count >= limit:
-                    return
+        fh = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     except FileNotFoundError as exc:
         raise CorpusError("no such question file", path=str(path)) from exc
-    except (OSError, EOFError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise CorpusError(f"cannot read: {exc}", path=str(path)) from exc
+    with fh:
+        while True:
+            try:
+                raw = fh.readline()
+            except (OSError, EOFError, zlib.error) as exc:  # a truncated or corrupt gzip stream, a read error
+                raise CorpusError(f"cannot read past this line: {exc}", path=str(path), line=line_no + 1) from None
+            if not raw:
+                return
+            line_no += 1
+            if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[3:]
+            if not raw.strip():
+                continue
+            try:
+                yield parse_question(_record(raw))
+            except ValueError as exc:  # JSONDecodeError is a ValueError
+                raise CorpusError(str(exc), path=str(path), line=line_no) from None
+            count += 1
+            if limit is not None and count >= limit:
+                return

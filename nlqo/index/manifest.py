@@ -70,6 +70,8 @@ class Manifest:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise IndexFileError(f"{path}: not valid JSON ({exc}); the index is damaged, {hint}") from exc
+        except RecursionError:  # '[' * 100000
+            raise IndexFileError(f"{path}: not valid JSON (nested too deeply); the index is damaged, {hint}") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise IndexFileError(f"{path}: not an nlqo index manifest; {hint}")
         if data.get("format_version") != FORMAT_VERSION:
@@ -80,7 +82,7 @@ class Manifest:
         data.pop("format")
         data.pop("format_version")
         try:
-            _check_types(data, _TYPES)
+            _check_types(data, _TYPES, also=("files",))
             files = data.get("files", [])
             if not isinstance(files, list):
                 raise TypeError(f"'files' is {json_type(files)}, not a list")
@@ -118,9 +120,14 @@ class Manifest:
         hint = rebuild_hint(folder, self.source)
         for entry in self.files:
             file = folder / entry.path
-            if not file.is_file():
+            try:
+                size = file.stat().st_size if file.is_file() else None
+            except OSError as exc:  # a listed name too long for the file system (found by fuzzing)
+                raise IndexFileError(
+                    f"{file}: listed in the manifest but cannot be read ({exc.strerror}); {hint}"
+                ) from None
+            if size is None:
                 raise IndexFileError(f"{file}: listed in the manifest but missing; {hint}")
-            size = file.stat().st_size
             if size != entry.size:
                 raise IndexFileError(
                     f"{file}: size {size} differs from the manifest's {entry.size}; the index is damaged, {hint}"
@@ -134,10 +141,15 @@ _TYPES = {"embedder": str, "dim": int, "count": int, "kind": str, "source": str,
 _FILE_TYPES = {"path": str, "size": int, "sha256": str}
 
 
-def _check_types(data: object, types: dict[str, type], what: str = "the manifest") -> None:
-    """Raise TypeError unless ``data`` is a JSON object whose known fields have their types."""
+def _check_types(data: object, types: dict[str, type], what: str = "the manifest", also: tuple[str, ...] = ()) -> None:
+    """Raise TypeError unless ``data`` is a JSON object whose fields are known (``types`` and ``also``)
+    and have their types. An unknown field is named as Python writes it: a fuzzed ``"\\n"`` key made
+    a message of two lines."""
     if not isinstance(data, dict):
         raise TypeError(f"{what} is {json_type(data)}, not an object")
+    unknown = [name for name in data if name not in types and name not in also]
+    if unknown:
+        raise TypeError(f"{what} has an unknown field {unknown[0]!r}")
     for name, expected in types.items():
         value = data.get(name)
         if name in data and (not isinstance(value, expected) or (expected is int and isinstance(value, bool))):

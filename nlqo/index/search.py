@@ -57,12 +57,12 @@ class Index:
         manifest = Manifest.read(path)
         manifest.verify(path, checksums=verify)
         if isinstance(embedder, str):
-            _check_name(manifest, embedder)
+            _check_name(manifest, embedder, path)
             from nlqo.runtime.embed import SentenceEmbedder
 
             embedder = SentenceEmbedder.load(embedder, prefixes=(manifest.query_prefix, manifest.passage_prefix))
         if embedder is not None:
-            check_embedder(manifest, embedder)
+            check_embedder(manifest, embedder, path)
         try:
             params = dense.DenseParams(**manifest.faiss)
         except (TypeError, ValueError) as exc:
@@ -90,7 +90,7 @@ class Index:
                 loaded = SentenceEmbedder.load(
                     self.manifest.embedder, prefixes=(self.manifest.query_prefix, self.manifest.passage_prefix)
                 )
-                check_embedder(self.manifest, loaded)
+                check_embedder(self.manifest, loaded, self.path)
                 self._embedder = loaded
             return self._embedder
 
@@ -139,26 +139,28 @@ class Index:
         return [Hit(passage=p, score=score, rank=i) for i, (p, (_, score)) in enumerate(zip(passages, ranked), start=1)]
 
 
-def check_embedder(manifest: Manifest, embedder: Embedder) -> None:
-    """Raise ``IndexFileError`` unless ``embedder`` is the one the index was built with."""
+def check_embedder(manifest: Manifest, embedder: Embedder, path: Path | None = None) -> None:
+    """Raise ``IndexFileError`` unless ``embedder`` is the one the index was built with (the message
+    names the index folder ``path`` when given)."""
+    where = f"{path}: " if path is not None else ""
     if embedder.name != manifest.embedder or embedder.dim != manifest.dim:
         raise IndexFileError(
-            f"this index was built with embedder {manifest.embedder!r} (dimension {manifest.dim}), "
+            f"{where}this index was built with embedder {manifest.embedder!r} (dimension {manifest.dim}), "
             f"not {embedder.name!r} (dimension {embedder.dim}); use --embedder {manifest.embedder} or rebuild the index"
         )
     own = (getattr(embedder, "query_prefix", None), getattr(embedder, "passage_prefix", None))
     if None not in own and own != (manifest.query_prefix, manifest.passage_prefix):
         raise IndexFileError(
-            f"embedder {embedder.name!r} uses prefixes {own}, but the index was built with "
+            f"{where}embedder {embedder.name!r} uses prefixes {own}, but the index was built with "
             f"{(manifest.query_prefix, manifest.passage_prefix)}"
         )
 
 
-def _check_name(manifest: Manifest, name: str) -> None:
+def _check_name(manifest: Manifest, name: str, path: Path) -> None:
     from nlqo.runtime.embed import canonical_name
 
     if canonical_name(name) != manifest.embedder:
         raise IndexFileError(
-            f"this index was built with embedder {manifest.embedder!r}, not {name!r}; "
+            f"{path}: this index was built with embedder {manifest.embedder!r}, not {name!r}; "
             f"use --embedder {manifest.embedder} or rebuild the index"
         )

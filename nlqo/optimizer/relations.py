@@ -198,6 +198,8 @@ def _read_entries(path: Path) -> dict[str, str]:
         raise ConfigError(f"{path}: expected a relation cache file (JSON), found {found(path)}") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: not a relation cache (JSON object of pair -> kind): {exc}") from None
+    except RecursionError:  # '[' * 100000
+        raise ConfigError(f"{path}: not a relation cache (JSON object of pair -> kind): nested too deeply") from None
     if not isinstance(entries, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in entries.items()):
         raise ConfigError(f"{path}: not a relation cache (JSON object of pair -> kind)")
     return entries

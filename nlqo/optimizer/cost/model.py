@@ -128,6 +128,26 @@ def _line_at(text: str, line: object) -> str:
     return lines[line - 1].rstrip("\r") if isinstance(line, int) and 0 < line <= len(lines) else ""
 
 
+MAX_NESTING = 100
+"""Operations a formula may nest (parentheses do not count). The syntax tree is transformed, evaluated
+and rendered recursively; a deeper one (``cost = ---...---depth``, 3,000 signs, found by fuzzing) ran
+out of Python's stack: a RecursionError, an internal error."""
+
+
+def _depth(tree: lark.Tree) -> int:
+    """Levels of ``tree``, counted without recursion.
+
+    >>> _depth(_parser().parse("cost = -(-depth) + 1").children[0])
+    5
+    """
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in node.children if isinstance(child, lark.Tree))
+    return deepest
+
+
 def _finite(token: lark.Token) -> float:
     """A number of the cost language; one too large for a float (``1e999``) is refused."""
     value = float(token)
@@ -178,6 +198,13 @@ class CostModel:
                 if char == '"':
                     what = 'a string that does not end: close it with " on the same line'
             raise _located(source, text, line, col, f"cannot read the cost model here ({what})") from None
+        for st in tree.children:
+            if isinstance(st, lark.Tree) and (nested := _depth(st) - 2) > MAX_NESTING:  # less the statement and a leaf
+                message = (
+                    f"the formula nests {nested} operations deep (a sum or product of that many terms, or that many "
+                    f"signs), more than the {MAX_NESTING} a cost model may"
+                )
+                raise _located(source, text, st.meta.line, st.meta.column, message)
         try:
             statements = [st for st in _ToExpr().transform(tree).children if st is not None]  # None: an empty file
         except lark.exceptions.VisitError as exc:

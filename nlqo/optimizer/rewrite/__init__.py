@@ -7,6 +7,7 @@ packages add rules under the entry-point group ``nlqo.rules``.
 from __future__ import annotations
 
 import importlib
+import inspect
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable, Sequence
@@ -48,18 +49,23 @@ def load_rule(name: str) -> Rule:
     for ep in entry_points(group="nlqo.rules"):
         if ep.name == name:
             return ep.load()
-    try:
-        module = importlib.import_module(f"nlqo.optimizer.rewrite.{name}")
-    except ModuleNotFoundError:
-        raise ConfigError(f"unknown rewrite rule {name!r}") from None
-    return getattr(module, name)
+    rule = None
+    if name.isidentifier() and not name.startswith("_"):  # '__init__' would import the package again
+        try:
+            rule = getattr(importlib.import_module(f"nlqo.optimizer.rewrite.{name}"), name, None)
+        except ModuleNotFoundError:
+            pass
+    if not inspect.isfunction(rule):
+        raise ConfigError(f"unknown rewrite rule {name!r}")
+    return rule
 
 
 def load_rules(name_or_path: str = "default", path: Sequence[str | Path] = ()) -> tuple[tuple[str, Rule], ...]:
     """The ordered rule list of a ``.rules`` file; a bad name is reported with file and line."""
     file = find("rules", name_or_path, ".rules", path)
     rules = []
-    for number, line in enumerate(read_text(file, "a rule list (.rules)").splitlines(), 1):
+    # lines end at \n only, as editors count them (splitlines also splits at \f, \x1c, \u2028, ...)
+    for number, line in enumerate(read_text(file, "a rule list (.rules)").split("\n"), 1):
         name = line.split("#", 1)[0].strip()
         if not name:
             continue

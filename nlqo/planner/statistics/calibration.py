@@ -226,6 +226,27 @@ class Logistic:
         )
 
 
+def _numeric(cls: Any, fields: Mapping[str, Any]) -> Any:
+    """``cls(**fields)`` read from a file, each field typed ``int`` or ``float`` made one (``em`` of a
+    :class:`LowConfidence` too): a malformed file fails as it is read (TypeError, ValueError), not in
+    the cascade's arithmetic (``"n": {}`` did, found by fuzzing the statistics file).
+
+    >>> _numeric(Mix, {"n": "3", "em": 1, "em_low": 0, "em_high": 1, "seconds": 2, "escalated": 0, "kept_first": 1}).n
+    3
+    """
+    out: dict[str, Any] = dict(fields)
+    for field in attrs.fields(cls):
+        kind = str(field.type)
+        if field.name not in out or (out[field.name] is None and kind.endswith("| None")):
+            continue
+        value: Any = out[field.name]
+        if kind in ("int", "float", "float | None"):
+            out[field.name] = (int if kind == "int" else float)(value)
+        elif kind == "Mapping[str, float]":
+            out[field.name] = {str(k): float(v) for k, v in value.items()}
+    return cls(**out)
+
+
 @attrs.frozen
 class Discrimination:
     """How well one feature (or signal) ranks an operator's right answers above its wrong ones."""
@@ -412,7 +433,7 @@ class Calibration:
             return OperatorCalibration(
                 n=int(d["n"]),
                 em=float(d["em"]),
-                features={k: Discrimination(**v) for k, v in d["features"].items()},
+                features={k: _numeric(Discrimination, v) for k, v in d["features"].items()},
                 best=d["best"],
                 model=None if model is None else logistic(model),
             )
@@ -420,17 +441,17 @@ class Calibration:
         plan = data.get("cascade")
         return cls(
             operators={op: operator(d) for op, d in data["operators"].items()},
-            escalation={op: tuple(LowConfidence(**row) for row in rows) for op, rows in data["escalation"].items()},
+            escalation={op: tuple(_numeric(LowConfidence, r) for r in rows) for op, rows in data["escalation"].items()},
             cascade=None
             if plan is None
             else CascadePlan(
                 feature=plan["feature"],
-                threshold=plan["threshold"],
+                threshold=None if plan["threshold"] is None else float(plan["threshold"]),
                 target=plan["target"],
                 share=float(plan["share"]),
                 n=int(plan["n"]),
-                mixes={c: Mix(**m) for c, m in plan["mixes"].items()},
-                options=tuple(Option(**o) for o in plan.get("options", ())),
+                mixes={c: _numeric(Mix, m) for c, m in plan["mixes"].items()},
+                options=tuple(_numeric(Option, o) for o in plan.get("options", ())),
             ),
             n=int(data.get("n", 0)),
             method=str(data.get("method", METHOD)),

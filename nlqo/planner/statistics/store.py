@@ -117,6 +117,8 @@ def load(path: str | Path, *, bundled: bool = False) -> Statistics:
             for op, classes in data["operators"].items()
         }
         _check_shape(data)
+        if not any(ALL in classes for classes in operators.values()):  # else auto has nothing to choose from
+            raise ValueError(f"no operator measured over all questions (no operator has figures under {ALL!r})")
         calibration = data.get("calibration") if data["version"] >= 2 else None
         return Statistics(
             measured_on=data["measured_on"], operators=operators, sample=data.get("sample", {}), source=data.get("source", "?"),
@@ -124,9 +126,12 @@ def load(path: str | Path, *, bundled: bool = False) -> Statistics:
             calibration=None if calibration is None else Calibration.from_dict(calibration),
         )  # fmt: skip
     except RecursionError:
-        raise ConfigError(f"{path}: cannot read statistics: JSON nested too deeply; rebuild them with 'nlqo analyze'") from None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"{path}: cannot read statistics: {exc}; rebuild them with 'nlqo analyze'") from None
+        raise ConfigError(
+            f"{path}: cannot read statistics: JSON nested too deeply; rebuild them with 'nlqo analyze'"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:  # int(Infinity)
+        reason = str(exc).replace("\n", "\\n")  # one line, whatever key or value the message quotes
+        raise ConfigError(f"{path}: cannot read statistics: {reason}; rebuild them with 'nlqo analyze'") from None
 
 
 def _number(value: Any) -> bool:
@@ -136,6 +141,9 @@ def _number(value: Any) -> bool:
 def _operator_stats(where: str, fields: Any) -> OperatorStats:
     """One operator's statistics as JSON holds them; a field that is not a finite number is a ValueError
     naming it (``auto`` compares and scales them)."""
+    unknown = [name for name in fields if name not in attrs.fields_dict(OperatorStats)]
+    if unknown:  # named as Python writes it: a fuzzed key holding a line break made a message of two lines
+        raise ValueError(f"{where} has an unknown field {unknown[0]!r}")
     stats = OperatorStats(**fields)
     for name, value in attrs.asdict(stats).items():
         if not _number(value):
@@ -145,7 +153,11 @@ def _operator_stats(where: str, fields: Any) -> OperatorStats:
 
 def _check_shape(data: Mapping[str, Any]) -> None:
     """The fields besides the operators' have their types (a fuzzed file found each one unchecked)."""
-    for name, kind, what in (("measured_on", dict, "an object"), ("sample", dict, "an object"), ("source", str, "a string")):
+    for name, kind, what in (
+        ("measured_on", dict, "an object"),
+        ("sample", dict, "an object"),
+        ("source", str, "a string"),
+    ):
         if name in data and not isinstance(data[name], kind):
             raise ValueError(f"{name} is {json.dumps(data[name])[:40]}, not {what}")
     prefill = data.get("prefill_ms_per_token")
