@@ -193,7 +193,7 @@ bench-confidence: install $(VENV)/.model-$(MODEL)
 		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve,linear --limit $(CONF_LINEAR) || exit 1; done
 	for s in $(CONF_SETS); do $(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz \
 		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve --limit $(CONF_LIMIT) || exit 1; done
-	$(PY) benchmarks/confidence.py --bundle
+	$(PY) scripts/confidence.py --bundle
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index

@@ -57,7 +57,7 @@ def measure(args, case: dict, config: str) -> dict:
 
 def table(rows: list[dict], run: dict) -> str:
     out = [
-        f"Measured {run['started'][:10]} on {run['processor']}, {run['cpus']} cores (Python {run['python']}), median of "
+        f"Measured {run['started'][:10]} on {run['machine']}, {run['cpus']} cores (Python {run['python']}), median of "
         f"{run['repeat']} runs, structural cost model, no LLM calls (`python benchmarks/bench_planning.py`).",
         "",
         "| shape | atoms | median ms | search | atom sets | sub-plan pairs | complete candidates |",

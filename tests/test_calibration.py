@@ -187,7 +187,7 @@ def test_a_version_1_file_loads_without_calibration_and_other_versions_or_a_torn
     assert load(path).calibration is None
     bundled = load(
         BUNDLED, bundled=True
-    )  # refitted by benchmarks/confidence.py --bundle: a cascade plan to escalate by
+    )  # refitted by scripts/confidence.py --bundle: a cascade plan to escalate by
     assert bundled.calibration is not None and bundled.calibration.cascade is not None
     path.write_text(json.dumps({**data, "version": 3}))
     with pytest.raises(ConfigError, match="version 3; this nlqo reads versions 1 to 2"):

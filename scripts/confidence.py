@@ -100,7 +100,7 @@ def main() -> int:
         merged = {tid: t for s in args.sets for tid, t in texts[s].items()}
         stats = load(BUNDLED, bundled=True)
         calibration = calibrate(sample, merged.get)
-        note = f"; calibration: the first {args.first} of {', '.join(args.sets)} (benchmarks/confidence.py --bundle)"
+        note = f"; calibration: the first {args.first} of {', '.join(args.sets)} (scripts/confidence.py --bundle)"
         save(
             attrs.evolve(stats, calibration=calibration, source=stats.source.split("; calibration:")[0] + note), BUNDLED
         )
