@@ -185,9 +185,7 @@ def test_a_version_1_file_loads_without_calibration_and_other_versions_or_a_torn
     assert old.calibration is None and old.operators == stats.operators
     path.write_text(json.dumps({**data, "version": 1}))  # a version-1 file's extra keys are not read
     assert load(path).calibration is None
-    bundled = load(
-        BUNDLED, bundled=True
-    )  # refitted by scripts/confidence.py --bundle: a cascade plan to escalate by
+    bundled = load(BUNDLED, bundled=True)  # refitted by scripts/confidence.py --bundle: a cascade plan to escalate by
     assert bundled.calibration is not None and bundled.calibration.cascade is not None
     path.write_text(json.dumps({**data, "version": 3}))
     with pytest.raises(ConfigError, match="version 3; this nlqo reads versions 1 to 2"):
