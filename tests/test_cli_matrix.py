@@ -244,10 +244,10 @@ def test_errors_exit_2_with_one_message(files, args):
 
 @full
 def test_a_question_that_does_not_parse_runs_without_a_plan(files, monkeypatch, capsys):
-    def fails(question, llm, **_):
+    def fails(question, llm, config):
         raise ParseFailure("no valid IR after 3 attempts", attempts=(), errors=())
 
-    monkeypatch.setattr("nlqo.main.engine.parse_question", fails)
+    monkeypatch.setattr("nlqo.main.engine.parse_configured", fails)
     assert main(["ask", MULTI_HOP, *map(str, engine_args(files, "--json", "--policy", "structural"))]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["stats"]["stop_reason"].startswith("parse_failed") and data["plan"] is None

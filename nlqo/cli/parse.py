@@ -7,7 +7,7 @@ import sys
 
 from nlqo.cli import common
 from nlqo.cli.options import add_config_options
-from nlqo.parser.parse import parse_question
+from nlqo.parser.parse import parse_configured
 from nlqo.parser.questions import check_question
 
 
@@ -32,17 +32,7 @@ def run(args: argparse.Namespace) -> int:
     config = common.config_from_args(args)
     check_question(args.question, max_chars=config.max_question_chars)  # before the model loads
     llm = load_model(config)
-    result = parse_question(
-        args.question,
-        llm,
-        repairs=config.repairs,
-        cleanup=config.ir_cleanup,
-        constrained=config.constrained,
-        max_atoms=config.parse_atoms,
-        anchored=config.anchored,
-        anchor_repairs=config.anchor_repairs,
-        spans=config.span_constants,
-    )
+    result = parse_configured(args.question, llm, config)
     sys.stdout.write(result.text)
     for w in result.warnings:
         print(f"# warning: {w}", file=sys.stderr)

@@ -136,23 +136,13 @@ def parse_one(question: str, llm: LLM, config: EngineConfig) -> dict[str, Any]:
     is not asked again); a backend failure (:class:`~nlqo.errors.LLMError`) is raised, so that a
     resumed run tries that question again.
     """
-    from nlqo.parser.parse import parse_question
+    from nlqo.parser.parse import parse_configured
     from nlqo.parser.questions import check_question
 
     started = time.perf_counter()
     try:
         check_question(question, max_chars=config.max_question_chars)
-        result = parse_question(
-            question,
-            llm,
-            repairs=config.repairs,
-            cleanup=config.ir_cleanup,
-            constrained=config.constrained,
-            max_atoms=config.parse_atoms,
-            anchored=config.anchored,
-            anchor_repairs=config.anchor_repairs,
-            spans=config.span_constants,
-        )
+        result = parse_configured(question, llm, config)
     except LLMError:
         raise
     except NlqoError as exc:

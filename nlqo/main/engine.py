@@ -18,7 +18,7 @@ from nlqo.planner.lower import lower
 from nlqo.execution.trace import PARSE_FAILED, RunResult, Step, Trace
 from nlqo.runtime.llm.base import LLM
 from nlqo.optimizer.optimizer import Optimizer
-from nlqo.parser.parse import parse_question
+from nlqo.parser.parse import parse_configured
 from nlqo.ir import Atom, Const, Query, Var
 from nlqo.kinds import AUTO, Operator, Policy, stop_reasons
 from nlqo.execution.operators import OPERATORS
@@ -212,17 +212,7 @@ class Engine:
         started = time.perf_counter()
         at = trace.now_ms()
         try:
-            parsed = parse_question(
-                question,
-                self.llm,
-                repairs=self.config.repairs,
-                cleanup=self.config.ir_cleanup,
-                constrained=self.config.constrained,
-                max_atoms=self.config.parse_atoms,
-                anchored=self.config.anchored,
-                anchor_repairs=self.config.anchor_repairs,
-                spans=self.config.span_constants,
-            )
+            parsed = parse_configured(question, self.llm, self.config)
         except ParseFailure as exc:
             trace.record(
                 Step(

@@ -12,7 +12,7 @@ import re
 
 import attrs
 
-from nlqo.config import default
+from nlqo.config import EngineConfig, default
 from nlqo.errors import IRSemanticError, IRSyntaxError, ParseFailure
 from nlqo.ir import Const, Query
 from nlqo.ir.grammar import MAX_ATOMS, ir_constraint, max_reply_bytes, question_words
@@ -294,6 +294,21 @@ def parse_question(
         + (" (it repeated itself, so no further repair was asked for)" if repeated else ""),
         attempts=tuple(attempts),
         errors=tuple(errors),
+    )
+
+
+def parse_configured(question: str, llm: LLM, config: EngineConfig) -> ParseResult:
+    """:func:`parse_question` with the parse settings of ``config`` (the engine's, ``nlqo parse``'s and the plan benchmark's)."""
+    return parse_question(
+        question,
+        llm,
+        repairs=config.repairs,
+        cleanup=config.ir_cleanup,
+        constrained=config.constrained,
+        max_atoms=config.parse_atoms,
+        anchored=config.anchored,
+        anchor_repairs=config.anchor_repairs,
+        spans=config.span_constants,
     )
 
 
