@@ -20,13 +20,16 @@ from pathlib import Path
 import attrs
 
 from nlqo.common.docblocks import write_block
-from nlqo.eval.collect import calibrate, calibration_row, operator_name
+from nlqo.eval.collect import calibrate, calibration_row, operator_name, passage_ids
 from nlqo.execution.operators.support import SUPPORTED
 from nlqo.planner.statistics.calibration import FEATURES, TARGETS, auroc, auroc_interval, feature
 from nlqo.planner.statistics.store import BUNDLED, load, save
 
 RUNS = Path("benchmarks/results/confidence")
 ANALYZED = Path("benchmarks/results/statistics")
+AUTO = Path("benchmarks/results/confidence-auto")
+RECORD = Path("benchmarks/results/runs")
+NAMES = {"hotpotqa_dev_199": "HotpotQA", "2wiki_dev_300": "2Wiki", "musique_dev_200": "MuSiQue"}
 DATA = Path("../shared/data")
 
 
@@ -55,6 +58,55 @@ def held_back_table(by_set: dict[str, list[dict]], first: int, texts: dict[str, 
             out.append(_row(dataset, op, rows))
     out += [_row("pooled", op, rows) for op, rows in sorted(pooled.items())]
     return "\n".join(out)
+
+
+def auto_table() -> str:
+    """auto's held-back answers (confidence-auto runs) beside the benchmark of record's on the same questions."""
+    out = [
+        "| set | auto now | standard-rag | iter-retgen | auto before | escalated | auto s / question |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    totals = defaultdict(float)
+    for s, name in NAMES.items():
+        if not (AUTO / s / "records.jsonl").is_file():
+            continue
+        auto = records(AUTO / s)
+        ids = {r["qid"] for r in auto}
+        row = {"auto now": sum(r["em"] for r in auto)}
+        for strategy, label in (("standard-rag", "standard-rag"), ("iter-retgen", "iter-retgen"), ("auto", "auto before")):
+            row[label] = sum(r["em"] for r in records(RECORD / s) if r["strategy"] == strategy and r["qid"] in ids)
+        escalated = sum(1 for r in auto if "escalated" in r["stop_reason"])
+        seconds = sum(r["seconds"] for r in auto) / len(auto)
+        n = len(auto)
+        out.append(" | ".join([f"| {name}", *(f"{v:.0f}/{n}" for v in row.values()), str(escalated), f"{seconds:.1f} |"]))
+        for k, v in row.items():
+            totals[k] += v
+        totals["n"] += n
+        totals["escalated"] += escalated
+    n = int(totals.pop("n", 0))
+    if n:
+        escalated = int(totals.pop("escalated"))
+        cells = [f"{v:.0f}/{n}" for v in totals.values()]
+        out.append(" | ".join(["| all", *cells, str(escalated), " |"]))
+    return "\n".join(out)
+
+
+def unlinked_support(first: int) -> str:
+    """Among retrieve's supported answers on the calibration samples, those found only in unlinked passages."""
+    from nlqo.execution.operators.support import support
+
+    unlinked = right = 0
+    for s in NAMES:
+        texts = texts_of(s)
+        for r in records(RUNS / s):
+            if r["strategy"] != "retrieve" or r["index"] >= first:
+                continue
+            passages = [texts.get(i, "") for i in passage_ids(r)]
+            verdict = support(r["answer"], r["question"], passages)
+            if verdict.reason == "found only in passages unlinked to the question's names":
+                unlinked += 1
+                right += r["em"] > 0
+    return f"found only in unlinked passages: {unlinked}, of them right: {right}"
 
 
 def _by_operator(recs: list[dict], texts: dict[str, str]) -> dict[str, list]:
@@ -106,7 +158,9 @@ def main() -> int:
         )
         print(f"refitted {BUNDLED} on {len(sample)} records")
     write_block(Path("docs/statistics.md"), "confidence-auroc", held_back_table(by_set, args.first, texts))
-    print("wrote docs/statistics.md (confidence-auroc)")
+    write_block(Path("docs/statistics.md"), "confidence-auto", auto_table())
+    print("wrote docs/statistics.md (confidence-auroc, confidence-auto)")
+    print("retrieve's supported answers on the calibration samples,", unlinked_support(args.first))
     return 0
 
 
