@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -52,3 +53,17 @@ def kept_index(target: Path) -> str:
         if (target / "manifest.json").is_file()
         else f"nothing was written to {target}"
     )
+
+
+def replace_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader sees the
+    old file or the new one, never half of one, and concurrent writers never share a temporary file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

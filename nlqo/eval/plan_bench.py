@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -33,7 +32,7 @@ import numpy as np
 
 from nlqo.common.passages import Embedder
 from nlqo.common.resources import builtin_dir
-from nlqo.common.storage import writing
+from nlqo.common.storage import replace_atomically, writing
 from nlqo.config import EngineConfig
 from nlqo.errors import LLMError, NlqoError
 from nlqo.ir.syntax import parse
@@ -117,15 +116,7 @@ class ParseCache:
         path = self.path(question)
         data = json.dumps({"format": FORMAT, "key": parse_key(question, self.config), **entry}, indent=1)
         with writing(path, "the parses before it are kept"):
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".parse-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    fh.write(data)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            replace_atomically(path, data)
         return path
 
 

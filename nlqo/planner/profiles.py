@@ -37,6 +37,7 @@ import attrs
 
 from nlqo._version import __version__
 from nlqo.common.paths import cache_root
+from nlqo.common.storage import replace_atomically
 from nlqo.execution.physical import BackendProfile
 from nlqo.planner.lower import measure_profile
 from nlqo.runtime.llm.base import cache_identity
@@ -104,9 +105,6 @@ def cached_profile(
 def _write(path: Path, data: dict) -> None:
     """Write atomically; a cache that cannot be written is only a cache (the next run measures again)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str), encoding="utf-8")
-        os.replace(tmp, path)
+        replace_atomically(path, json.dumps(data, indent=1, sort_keys=True, default=str))
     except OSError:
         pass
