@@ -5,13 +5,14 @@ Prints, per strategy, how many of the questions both answered got the same answe
 """
 
 import argparse
-import json
 from collections import Counter
 from pathlib import Path
 
+from nlqo.eval.records import read_records
+
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines() if line.strip()]
+    return read_records(folder / "records.jsonl", repair=False)
 
 
 def main() -> int:

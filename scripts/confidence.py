@@ -20,6 +20,7 @@ from pathlib import Path
 import attrs
 
 from nlqo.common.docblocks import write_block
+from nlqo.eval.records import read_records
 from nlqo.eval.collect import calibrate, calibration_row, operator_name, passage_ids
 from nlqo.execution.operators.support import SUPPORTED
 from nlqo.planner.statistics.calibration import FEATURES, TARGETS, auroc, auroc_interval, feature
@@ -34,7 +35,7 @@ DATA = Path("../shared/data")
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(line) for line in (folder / "records.jsonl").read_text().splitlines() if line.strip()]
+    return read_records(folder / "records.jsonl", repair=False)
 
 
 def texts_of(dataset: str) -> dict[str, str]:
@@ -73,12 +74,18 @@ def auto_table() -> str:
         auto = records(AUTO / s)
         ids = {r["qid"] for r in auto}
         row = {"auto now": sum(r["em"] for r in auto)}
-        for strategy, label in (("standard-rag", "standard-rag"), ("iter-retgen", "iter-retgen"), ("auto", "auto before")):
+        for strategy, label in (
+            ("standard-rag", "standard-rag"),
+            ("iter-retgen", "iter-retgen"),
+            ("auto", "auto before"),
+        ):
             row[label] = sum(r["em"] for r in records(RECORD / s) if r["strategy"] == strategy and r["qid"] in ids)
         escalated = sum(1 for r in auto if "escalated" in r["stop_reason"])
         seconds = sum(r["seconds"] for r in auto) / len(auto)
         n = len(auto)
-        out.append(" | ".join([f"| {name}", *(f"{v:.0f}/{n}" for v in row.values()), str(escalated), f"{seconds:.1f} |"]))
+        out.append(
+            " | ".join([f"| {name}", *(f"{v:.0f}/{n}" for v in row.values()), str(escalated), f"{seconds:.1f} |"])
+        )
         for k, v in row.items():
             totals[k] += v
         totals["n"] += n
