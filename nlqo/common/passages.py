@@ -35,7 +35,9 @@ class Embedder(Protocol):
     """
 
     name: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     def encode(self, texts: Sequence[str], *, kind: str = "query", progress: bool | None = None) -> np.ndarray: ...
 

@@ -46,10 +46,6 @@ class CachedEmbedder:
     def dim(self) -> int:
         return int(self._embedder().dim)
 
-    @dim.setter
-    def dim(self, value: int) -> None:  # the Embedder protocol declares dim a plain attribute
-        raise AttributeError("a cached embedder's dim is its model's")
-
     def _embedder(self) -> Any:
         if self._inner is None:
             self._inner = self.load()
