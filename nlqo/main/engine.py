@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import attrs
 
@@ -94,7 +95,7 @@ class Engine:
         from nlqo.main import builder
         from nlqo.planner.profiles import cached_profile
         from nlqo.runtime.llm.backends import runtime_of
-        from nlqo.runtime.llm.base import capabilities
+        from nlqo.runtime.llm.base import capabilities, close_part
 
         def say(message: str) -> None:
             if progress:
@@ -102,16 +103,27 @@ class Engine:
 
         builder.set_threads(config.threads)
         owned: list = []
-        if retriever is None:
-            say(f"opening index {config.index} ...")
-            retriever, embedder = builder.open_retrieval(config, embedder=embedder)
-            owned.append(retriever)
-        if embedder is None:
-            embedder = builder.load_embedder(config.embedder or DEFAULT_EMBEDDER)
-        if llm is None:
+        loading = None
+        if llm is None:  # in a thread, beside the embedder's load: llama.cpp loads without holding the GIL
             say(f"loading {config.model} ...")
-            llm = builder.load_model(config)
+            loader = ThreadPoolExecutor(1, thread_name_prefix="nlqo-load")
+            loading = loader.submit(builder.load_model, config)
+            loader.shutdown(wait=False)
+        try:
+            if retriever is None:
+                say(f"opening index {config.index} ...")
+                retriever, embedder = builder.open_retrieval(config, embedder=embedder)
+                owned.append(retriever)
+            if embedder is None:
+                embedder = builder.load_embedder(config.embedder or DEFAULT_EMBEDDER)
+        except BaseException:
+            if loading is not None:  # the model is not wanted: freed once loaded
+                loading.add_done_callback(lambda done: done.exception() or close_part(done.result()))
+            raise
+        if loading is not None:
+            llm = loading.result()  # raises the load's error, if it failed
             owned.append(llm)
+        assert llm is not None
         optimizer = builder.build_optimizer(config, llm=llm, embedder=embedder)
         identity = {**builder.engine_identity(config), "runtime": runtime_of(llm)}
         chooses = config.strategy == AUTO and config.policy != "structural"
