@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
-import signal
 import socket
 import sys
 from collections.abc import Mapping
@@ -156,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from nlqo.serve.app import create_app
+    from nlqo.serve.server import GracefulServer
     from nlqo.serve.service import Service
 
     listener = bind(args.host, args.port)  # before the model loads: a port in use fails at once
@@ -184,26 +183,10 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
 
-    class Server(uvicorn.Server):
-        def handle_exit(self, sig, frame) -> None:  # new requests get 503 from the first signal on
-            service.begin_close(args.grace)
-            super().handle_exit(sig, frame)
-
-        @contextlib.contextmanager
-        def capture_signals(self):
-            """SIGINT and SIGTERM stop the server gracefully; unlike uvicorn's own, the signal is
-            not raised again afterwards, so a graceful stop exits 0 with its last line said."""
-            previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
-            try:
-                yield
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
-
     config = uvicorn.Config(
         app, log_config=None, log_level="info", timeout_graceful_shutdown=int(args.grace) + 2, access_log=True
     )
-    Server(config).run(sockets=[listener])
+    GracefulServer(config, service=service, grace=args.grace).run(sockets=[listener])
     finished = service.close(0)
     if finished:  # a request still running holds the model; the process exit frees it then
         engine.close()

@@ -10,6 +10,7 @@ when all its children have finished; ready nodes run concurrently on a thread po
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import time
@@ -132,7 +133,9 @@ class TreeExecutor:
                 for n in tree.nodes:
                     if not waiting[n] and n not in results and n not in running.values():
                         kids = [results[c] for c in tree.children[n]]
-                        running[pool.submit(self._node, plan, n, kids, trace)] = n
+                        # in the caller's context: a node's generations see the run's cancel check
+                        node_run = contextvars.copy_context().run
+                        running[pool.submit(node_run, self._node, plan, n, kids, trace)] = n
 
             submit_ready()
             while running:

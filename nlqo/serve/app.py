@@ -28,13 +28,10 @@ from nlqo.serve.access import Access
 from nlqo.serve.guard import Guard, disconnected
 from nlqo.serve.replies import Replies
 from nlqo.serve.schema_page import schema_page
-from nlqo.serve.service import Closing, Service
+from nlqo.serve.service import POLL, Service
 from nlqo.serve.stats import prometheus
 from nlqo.serve.stream import stream
-from nlqo.serve.ticket import Cancelled, Ticket, TimedOut
-
-POLL = 0.2
-"""Seconds between checks of a waiting request's deadline and of the shutdown's grace."""
+from nlqo.serve.ticket import Cancelled, Ticket
 
 
 class _Request(BaseModel):
@@ -147,13 +144,8 @@ def create_app(
                         return waiting.result()
                     except BaseException as exc:  # noqa: BLE001 - every failure gets its HTTP answer
                         return replies.failure(exc)
-                if left in done:
-                    reason: NlqoError = Cancelled("the client disconnected")
-                elif ticket.expired(margin=5 * POLL):
-                    reason = TimedOut(f"the request took longer than its {ticket.timeout:g} s timeout")
-                elif service.past_grace():
-                    reason = Closing("the service shut down before the answer was ready; retry on another replica")
-                else:
+                reason = Cancelled("the client disconnected") if left in done else service.given_up(ticket)
+                if reason is None:
                     continue
                 service.cancel(future, ticket, reason)
                 return replies.failure(reason)

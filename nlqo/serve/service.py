@@ -4,9 +4,12 @@ The model and the index load once. Up to ``capacity`` requests run at a time (th
 concurrency: llama.cpp's in-process slots, whose scheduler decodes the running requests together in
 one batch, or an OpenAI-compatible server's slots); up to ``queue_limit`` more wait. A request beyond
 that is refused with :class:`Busy` (HTTP 429). Each request carries a :class:`~nlqo.serve.ticket.Ticket`,
-its deadline and cancel switch. When the HTTP layer gives up on a request (:meth:`Service.cancel`: the
-client left, or its time ran out), a queued one leaves the queue at once and a running one stops at
-its next trace step, freeing its slot. Every request's outcome is counted in :attr:`Service.stats`.
+its deadline and cancel switch. The ticket's check is the cancel check of the request's work
+(:func:`nlqo.runtime.llm.cancel.cancel_scope`): the backends consult it before each generated token
+and the run at every trace step. So when the HTTP layer gives up on a request (:meth:`Service.cancel`:
+the client left) or its time runs out, a queued one leaves the queue at once and a running one stops
+within a token, even in the middle of a generation, freeing its slot. Every request's outcome is
+counted in :attr:`Service.stats`.
 """
 
 from __future__ import annotations
@@ -21,8 +24,13 @@ import attrs
 
 from nlqo.errors import NlqoError, ParseFailure
 from nlqo.execution.trace import RunResult, Step, Trace, confidence_dict, progress_line
+from nlqo.runtime.llm.cancel import cancel_scope
 from nlqo.serve.stats import Outcome, ServiceStats
 from nlqo.serve.ticket import Cancelled, Ticket, TimedOut
+
+
+POLL = 0.2
+"""Seconds between the HTTP layer's checks of a waiting request's deadline and of the shutdown's grace."""
 
 
 class Busy(NlqoError):
@@ -99,7 +107,7 @@ class Service:
         return future
 
     def cancel(self, future: concurrent.futures.Future, ticket: Ticket, reason: NlqoError) -> None:
-        """Give up on a request: a queued one leaves the queue at once, a running one stops at its next step."""
+        """Give up on a request: a queued one leaves the queue at once, a running one stops within a token."""
         ticket.reason = reason  # before the future's cancel: the done callback counts the queued request by it
         future.cancel()
         ticket.stop(reason)
@@ -116,7 +124,8 @@ class Service:
             self._running += 1
         outcome, body = Outcome.ERROR, {}
         try:
-            body = work()
+            with cancel_scope(ticket.check):  # the backends consult it per token, in every thread of the run
+                body = work()
             # the HTTP layer may have answered 499, 503 or 504 already: count what the client got
             outcome = Outcome.OK if ticket.reason is None else outcome_of(ticket.reason)
             return body
@@ -152,15 +161,31 @@ class Service:
         """True once the grace of :meth:`begin_close` is over: waiting requests are answered 503."""
         return self._grace_ends is not None and time.monotonic() > self._grace_ends
 
+    def given_up(self, ticket: Ticket) -> NlqoError | None:
+        """Why the HTTP layer gives up on a request it is still waiting for, if it does: its timeout
+        passed (with a margin: the run stops itself at the deadline, within a token, and answers
+        so), or the shutdown's grace is over."""
+        if ticket.expired(margin=5 * POLL):
+            return TimedOut(f"the request took longer than its {ticket.timeout:g} s timeout")
+        if self.past_grace():
+            return Closing("the service shut down before the answer was ready; retry on another replica")
+        return None
+
+    def wait_idle(self, until: float) -> bool:
+        """Wait until no request is admitted, or the monotonic clock reaches ``until``; True when idle."""
+        while True:
+            with self._lock:
+                if self._admitted == 0:
+                    return True
+            if time.monotonic() >= until:
+                return False
+            time.sleep(0.05)
+
     def close(self, grace: float) -> bool:
         """:meth:`begin_close`, then wait for the admitted requests; True when all finished in time."""
         self.begin_close(grace)
         assert self._grace_ends is not None
-        while time.monotonic() < self._grace_ends:
-            with self._lock:
-                if self._admitted == 0:
-                    break
-            time.sleep(0.05)
+        self.wait_idle(self._grace_ends)
         self._pool.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             return self._admitted == 0

@@ -10,7 +10,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 
 from nlqo.serve.replies import Replies
-from nlqo.serve.service import Closing, Service
+from nlqo.serve.service import POLL, Closing, Service
 from nlqo.serve.ticket import Cancelled, Ticket
 
 
@@ -27,7 +27,9 @@ def stream(
     service: Service, replies: Replies, question: str, *, strategy: str, explain: str | None, ticket: Ticket
 ) -> StreamingResponse:
     """Submit the question (:class:`~nlqo.serve.service.Busy` and ``Closing`` are raised at once) and
-    stream its run: ``accepted``, ``plan``, one ``step`` each, ``answer``, then ``result`` or ``error``."""
+    stream its run: ``accepted``, ``plan``, one ``step`` each, ``answer``, then ``result`` or ``error``.
+    A stream still open when the shutdown's grace ends (or long past its timeout) ends with an
+    ``error`` event too, and its run is stopped."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue = asyncio.Queue()
 
@@ -40,11 +42,22 @@ def stream(
     )
     future.add_done_callback(lambda f: emit("done", {}))
 
+    def error(exc: BaseException) -> str:
+        answer = replies.failure(exc)
+        return sse("error", {"status": answer.status_code, **json.loads(bytes(answer.body))["error"]})
+
     async def frames():
         try:
             yield sse("accepted", {"question": question, "strategy": strategy})
             while True:
-                name, data = await events.get()
+                try:
+                    name, data = await asyncio.wait_for(events.get(), POLL)
+                except asyncio.TimeoutError:
+                    if (reason := service.given_up(ticket)) is None:
+                        continue
+                    service.cancel(future, ticket, reason)
+                    yield error(reason)
+                    return
                 if name != "done":
                     yield sse(name, data)
                     continue
@@ -53,14 +66,10 @@ def stream(
                     if future.cancelled()
                     else future.exception()
                 )
-                if exc is None:
-                    yield sse("result", future.result())
-                else:
-                    answer = replies.failure(exc)
-                    yield sse("error", {"status": answer.status_code, **json.loads(bytes(answer.body))["error"]})
+                yield sse("result", future.result()) if exc is None else error(exc)
                 return
         finally:
-            if not future.done():  # the client left mid-stream: the run stops at its next step
+            if not future.done() and ticket.reason is None:  # the client left mid-stream: the run stops within a token
                 service.cancel(future, ticket, Cancelled("the client disconnected"))
 
     return StreamingResponse(

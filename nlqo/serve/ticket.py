@@ -1,4 +1,4 @@
-"""A request's deadline and cancel switch, checked by the run at every trace step."""
+"""A request's deadline and cancel switch, checked by the run at every trace step and by the backends per token."""
 
 from __future__ import annotations
 

@@ -27,7 +27,9 @@ Every reply carries its confidence: each chosen token's log-probability and entr
 logits the loop computed anyway (:mod:`nlqo.runtime.llm.confidence`).
 
 One lock serializes all model work, so a thread pool may share one instance; a single
-:class:`Session` belongs to one thread at a time.
+:class:`Session` belongs to one thread at a time. The cancel check in scope
+(:mod:`nlqo.runtime.llm.cancel`) is consulted before each forward pass: what it raises ends the
+call, and a session keeps the tokens and KV state it had before it.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ import torch
 from nlqo.config import default
 from nlqo.errors import LLMError, ModelNotAvailable
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.cancel import check_cancelled
 from nlqo.runtime.llm.confidence import Confidence, Tally
 from nlqo.runtime.llm.tokens import TokenLLM, TokenSegments, common_prefix
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, LazyTokenizer, Matcher, completion, hf_tokenizer
@@ -330,14 +333,17 @@ class TransformersLLM(TokenLLM):
         ``remember`` exceeds ``cached``, the KV state of ``ids[:remember]`` is stored in the
         prefix cache on the way. With a ``matcher`` the reply starts with the forced tokens
         ``first``, each choice is masked, and forced tokens follow the chosen one in its forward pass.
+        The cancel check in scope is consulted before every forward pass.
         """
         if cache is None:
             cache, cached = self._new_cache(), 0
         logits = None
+        check_cancelled()
         if remember > cached:
             logits = self._forward(cache, ids[cached:remember])
             self._remember(tuple(ids[:remember]), cache)
             cached = remember
+            check_cancelled()
         if cached < len(ids) or first:
             logits = self._forward(cache, ids[cached:] + list(first))
         generated: list[int] = list(first)
@@ -358,6 +364,7 @@ class TransformersLLM(TokenLLM):
                 return generated, text, "stop", self._confidence(tally, generated)
             if len(generated) >= max_tokens:
                 return generated, text, "length", self._confidence(tally, generated)
+            check_cancelled()
             if matcher is None:
                 logits = self._forward(cache, run)
             else:
@@ -449,9 +456,13 @@ class Session(TokenSegments):
                     self._cache = llm._new_cache()
                 remember = self._prefix_len
             cached = self._cache.get_seq_length()
-            generated, text, finish, confidence = llm._generate(
-                self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first
-            )
+            try:
+                generated, text, finish, confidence = llm._generate(
+                    self._ids, self._cache, cached, stop, max_tokens, remember, matcher, first
+                )
+            except BaseException:  # interrupted (or failed): the session keeps what it had
+                _crop(self._cache, min(cached, n - 1))
+                raise
             self._ids.extend(generated)
             usage = llm._account(n, cached, len(generated), start, matcher)
         self.usage = self.usage + usage

@@ -2,7 +2,10 @@
 
 Speaks ``/v1/chat/completions`` and ``/v1/completions`` as served by vLLM, the llama.cpp server,
 llama-cpp-python, Ollama and hosted APIs. Standard library only (``urllib``); one connection per
-request, no shared mutable state, so one instance may be called from many threads.
+request, no shared mutable state, so one instance may be called from many threads. While it waits
+for a reply it consults the cancel check in scope (:mod:`nlqo.runtime.llm.cancel`) every
+:data:`CANCEL_POLL_S` seconds; when the caller gives up, the connection is closed (servers such as
+llama.cpp's and vLLM stop generating for a request whose client left) and the check's reason raised.
 """
 
 from __future__ import annotations
@@ -27,11 +30,15 @@ import attrs
 from nlqo._version import __version__
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.cancel import Check, check_cancelled, current
 from nlqo.runtime.llm.confidence import Confidence, from_top_logprobs
 from nlqo.runtime.llm.constrain import SERVER, ConstrainedCompletion, Constraint
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 """HTTP statuses worth another attempt: timeouts, rate limits and transient server errors."""
+
+CANCEL_POLL_S = 0.1
+"""Seconds between two consultations of the cancel check while a reply is awaited."""
 
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 _option = functools.partial(attrs.field, kw_only=True)
@@ -65,23 +72,42 @@ class _Retryable(Exception):
 
 
 class _Deadline:
-    """The end of one attempt: when ``seconds`` have passed, the attempt's socket is shut down, so a
+    """The end of one attempt: when ``seconds`` have passed, or when ``check`` (a cancel check,
+    consulted every :data:`CANCEL_POLL_S` seconds) raises, the attempt's socket is shut down, so a
     server that stalls or trickles bytes (each read within the socket timeout) cannot hold it longer.
-    ``expired`` says whether it came. Use as a context manager around the whole exchange."""
+    ``expired`` says whether the time ran out, ``stopped`` what the check raised. Use as a context
+    manager around the whole exchange."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, check: Check | None = None):
         self.expired = False
+        self.stopped: BaseException | None = None
         self._sockets: list[socket.socket] = []
         self._lock = threading.Lock()
-        self._timer = threading.Timer(seconds, self._expire)
-        self._timer.daemon = True
+        self._seconds, self._check = seconds, check
+        self._over = threading.Event()
+        self._watcher = threading.Thread(target=self._watch_time, name="nlqo-http-deadline", daemon=True)
 
     def __enter__(self) -> "_Deadline":
-        self._timer.start()
+        self._watcher.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._timer.cancel()
+        self._over.set()
+
+    def _watch_time(self) -> None:
+        end = time.monotonic() + self._seconds
+        while (left := end - time.monotonic()) > 0:
+            if self._over.wait(left if self._check is None else min(left, CANCEL_POLL_S)):
+                return
+            if self._check is not None:
+                try:
+                    self._check()
+                except BaseException as exc:  # noqa: BLE001 - the caller's reason to stop, raised by its own thread
+                    self.stopped = exc
+                    self._shut_all()
+                    return
+        self.expired = True
+        self._shut_all()
 
     def opener(self, url: str) -> urllib.request.OpenerDirector:
         """An opener (see :func:`_opener`) whose connections this deadline watches."""
@@ -108,12 +134,11 @@ class _Deadline:
     def _watch(self, sock: socket.socket) -> None:
         with self._lock:
             self._sockets.append(sock)
-            if self.expired:
+            if self.expired or self.stopped is not None:
                 _shut(sock)
 
-    def _expire(self) -> None:
+    def _shut_all(self) -> None:
         with self._lock:
-            self.expired = True
             for sock in self._sockets:
                 _shut(sock)
 
@@ -353,15 +378,27 @@ class OpenAICompatLLM:
         data = json.dumps(body).encode("utf-8")
         reasons: list[str] = []
         retry_after: float | None = None
+        check = current()
         for attempt in range(self.max_attempts):
             if attempt:
-                self.sleep(self._delay(attempt, retry_after))
+                self._pause(self._delay(attempt, retry_after), check)
+            check_cancelled()
             try:
-                return self._attempt(url, data)
+                return self._attempt(url, data, check)
             except _Retryable as exc:
                 reasons.append(exc.reason)
                 retry_after = exc.retry_after
         raise LLMError(f"{url}: gave up after {self.max_attempts} attempts; last: {reasons[-1]}")
+
+    def _pause(self, seconds: float, check: Check | None) -> None:
+        """Wait ``seconds`` before the next attempt; with a cancel ``check``, in slices it is consulted between."""
+        if check is None:
+            self.sleep(seconds)
+            return
+        slices = max(1, math.ceil(seconds / CANCEL_POLL_S))
+        for _ in range(slices):
+            check()
+            self.sleep(seconds / slices)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -369,7 +406,7 @@ class OpenAICompatLLM:
         base = min(self.backoff_s * 2 ** (attempt - 1), self.max_delay_s)
         return base * (1.0 + self.jitter * random.random())
 
-    def _attempt(self, url: str, data: bytes) -> dict[str, Any]:
+    def _attempt(self, url: str, data: bytes, check: Check | None = None) -> dict[str, Any]:
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json",
@@ -379,7 +416,7 @@ class OpenAICompatLLM:
             headers["Authorization"] = f"Bearer {self.api_key}"
         request = urllib.request.Request(url, data=data, headers=headers, method="POST")
         failure: Exception | None = None
-        with _Deadline(self.timeout_s) as deadline:
+        with _Deadline(self.timeout_s, check) as deadline:
             try:
                 with deadline.opener(url).open(request, timeout=self.timeout_s) as response:
                     payload = response.read()
@@ -389,6 +426,8 @@ class OpenAICompatLLM:
                 failure = _connection_error(url, exc.reason)
             except (OSError, http.client.HTTPException) as exc:
                 failure = _connection_error(url, exc)
+        if deadline.stopped is not None:
+            raise deadline.stopped
         if deadline.expired or isinstance(failure, _Retryable) and failure.timed_out:
             raise _Retryable(f"timed out: no complete response within {self.timeout_s:g} s (timeout_s)")
         if failure is not None:

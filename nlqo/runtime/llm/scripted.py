@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+import time
 from typing import Callable, Mapping, Sequence
 
 import attrs
 
 from nlqo.errors import LLMError
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage, cut_at_stop
+from nlqo.runtime.llm.cancel import check_cancelled
 from nlqo.runtime.llm.confidence import Confidence, Reading, Tally
 
 Reply = str | Callable[[str], str]
@@ -38,6 +40,10 @@ class ScriptedLLM:
     confidence: Confidence | Callable[[str], Confidence | None] | None = None
     """The confidence every reply carries: one value, a function of the reply's text, or None
     (the default: no confidence, as from a server that reports no log-probabilities)."""
+    word_s: float = 0.0
+    """Seconds each word of a reply takes, as a decode loop takes per token (tests of slow
+    generations); the cancel check in scope (:mod:`nlqo.runtime.llm.cancel`) is consulted before
+    each word, as the real backends consult it before each token."""
     _served: dict[int, int] = attrs.field(factory=dict)
 
     @property
@@ -46,12 +52,17 @@ class ScriptedLLM:
 
     def complete(self, prompt: str, *, stop: Sequence[str] = (), max_tokens: int = 256) -> Completion:
         self.calls.append(prompt)
+        check_cancelled()
         text = self._reply(prompt)
         text, _ = cut_at_stop(text, stop)
         words = text.split()
         finish = "stop"
         if len(words) > max_tokens:
             text, finish = " ".join(words[:max_tokens]), "length"
+        if self.word_s > 0:
+            for _ in text.split():
+                check_cancelled()
+                time.sleep(self.word_s)
         usage = Usage(prompt_tokens=len(prompt.split()), generated_tokens=len(text.split()), calls=1)
         confidence = self.confidence(text) if callable(self.confidence) else self.confidence
         return Completion(text=text, usage=usage, finish_reason=finish, confidence=confidence)

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import attrs
 
 from nlqo.errors import LLMError
+from nlqo.runtime.llm import cancel
 from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage
 from nlqo.runtime.llm.confidence import piece_offsets
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, Matcher, completion
@@ -176,6 +177,7 @@ class LlamaCppLLM(TokenLLM):
             matcher=matcher,
             generated=first,
             pieces=bytearray(b"".join(self.runtime.piece(t) for t in first)),
+            check=cancel.current(),  # consulted on the scheduler thread, which does not see this context
         )
         self.runtime.run(request)
         forced = 0 if matcher is None else matcher.forced_tokens

@@ -56,6 +56,20 @@ class Request:
     done: threading.Event = attrs.Factory(threading.Event)
     tally: Tally = attrs.Factory(Tally)
     """The chosen tokens' log-probabilities and entropies (:mod:`nlqo.runtime.llm.confidence`)."""
+    check: Callable[[], None] | None = None
+    """The caller's cancel check (:mod:`nlqo.runtime.llm.cancel`), consulted by the scheduler thread
+    before each step; None: the request is never interrupted."""
+
+    def stopped(self) -> bool:
+        """Whether the caller gave up on the request: its check raised, and what it raised is now ``error``."""
+        if self.check is None:
+            return False
+        try:
+            self.check()
+        except BaseException as exc:  # noqa: BLE001 - the reason to stop, raised to the caller by its own thread
+            self.error = exc
+            return True
+        return False
 
     @property
     def prefilling(self) -> bool:

@@ -1,6 +1,8 @@
 """The model, its one context and the scheduler thread that owns every llama_decode call: requests
 from any thread queue up, take a slot (:mod:`~nlqo.runtime.llm.llamacpp.kv`), have their prompts prefilled a
-chunk at a time, and are decoded together, one token each, in one batch."""
+chunk at a time, and are decoded together, one token each, in one batch. Before each step the thread
+consults each request's cancel check (:mod:`nlqo.runtime.llm.cancel`): a request given up on leaves
+the queue or its slot at once, the others go on."""
 
 from __future__ import annotations
 
@@ -194,6 +196,7 @@ class _Runtime:
                     self._cv.wait()
                 if self.closed and not self._active and not self._pending:
                     break
+                self._drop_stopped()
                 self._admit()
                 active = list(self._active)
             prefilling = [r for r in active if r.prefilling]
@@ -211,6 +214,16 @@ class _Runtime:
                         )
                         self._finish(r, clear=True)
         self._free()
+
+    def _drop_stopped(self) -> None:
+        """End the requests whose callers gave up (call with the lock held, between steps): a waiting
+        one leaves the queue; a running one frees its slot, which keeps the tokens whose KV state it
+        computed (a later request may reuse them), as a finished request's slot does."""
+        for r in [r for r in self._pending if r.stopped()]:
+            self._pending.remove(r)
+            r.done.set()
+        for r in [r for r in self._active if r.stopped()]:
+            self._finish(r)
 
     def _admit(self) -> None:
         """Give waiting requests a slot each while there are idle slots (call with the lock held)."""
