@@ -118,7 +118,7 @@ class Engine:
                 embedder = builder.load_embedder(config.embedder or DEFAULT_EMBEDDER)
         except BaseException:
             if loading is not None:  # the model is not wanted: freed once loaded
-                loading.add_done_callback(lambda done: done.exception() or close_part(done.result()))
+                loading.add_done_callback(lambda done: None if done.exception() else close_part(done.result()))
             raise
         if loading is not None:
             llm = loading.result()  # raises the load's error, if it failed
