@@ -315,7 +315,8 @@ def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, con
     from nlqo.runtime.cluster import ClusterSpec, connect
     from nlqo.eval.cluster import ClusterRun, Recipe
     from nlqo.eval.runner import Bench
-    from nlqo.eval.workspace import index_digest, open_index
+    from nlqo.eval.workspace import open_index
+    from nlqo.planner.statistics.store import index_digest
 
     if args.jobs != 1:
         raise ConfigError(
@@ -332,7 +333,7 @@ def _bench_on_cluster(args: argparse.Namespace, specs: list[str], questions, con
             cluster=connection,
         )
         recipe = Recipe(
-            config=config, index=source["index"], index_digest=index_digest(index), strategies=tuple(specs),
+            config=config, index=source["index"], index_digest=index_digest(index.manifest), strategies=tuple(specs),
             embedder=args.embedder, retrieval=args.retrieval, k=args.k,
             llm_cache=str(Path(args.llm_cache).absolute()) if args.llm_cache else None, judge=args.judge,
         )  # fmt: skip

@@ -7,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nlqo.cli.options import add_config_options, config_from_args, on_off, parse_params
+from nlqo.cli.options import add_config_options, config_from_args
 from nlqo.config import DEFAULT_MODEL
 from nlqo.execution.trace import progress_line
 from nlqo.runtime.llm.backends import load_llm
@@ -18,8 +18,6 @@ __all__ = [
     "add_planning_options",
     "config_from_args",
     "load_llm",
-    "on_off",
-    "parse_params",
 ]
 # load_llm lives in nlqo.runtime.llm.backends (backends are packages, entry points nlqo.backends); it is
 # re-exported here for callers of the old path. nlqo.main.builder.load_model is its one caller.

@@ -116,6 +116,18 @@ def read_text(path: str | os.PathLike[str], expected: str) -> str:
         ) from None
 
 
+def dataset_name(path: str | os.PathLike[str]) -> str:
+    """The file name without its JSON Lines suffixes.
+
+    >>> dataset_name("../shared/data/hotpotqa_dev_199.jsonl.gz")
+    'hotpotqa_dev_199'
+    """
+    name = Path(path).name
+    for suffix in (".gz", ".jsonl", ".json"):
+        name = name.removesuffix(suffix)
+    return name
+
+
 def cache_root(env: Mapping[str, str] | None = None) -> Path:
     """nlqo's cache directory: ``$NLQO_CACHE``, else ``~/.cache/nlqo``.
 

@@ -55,15 +55,17 @@ def kept_index(target: Path) -> str:
     )
 
 
-def replace_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path`` and rename it over ``path``: a reader sees the
-    old file or the new one, never half of one, and concurrent writers never share a temporary file."""
+def replace_atomically(path: Path, text: str, prefix: str | None = None) -> None:
+    """Write ``text`` to a temporary file beside ``path`` (named ``prefix``..., by default ``.NAME.``...)
+    and rename it over ``path``: a reader sees the old file or the new one, never half of one, and
+    concurrent writers never share a temporary file."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=prefix or f".{path.name}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the write's error, not the clean-up's, is the one to report
+            Path(tmp).unlink(missing_ok=True)
         raise

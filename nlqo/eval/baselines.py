@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import attrs
 
 from nlqo.config import default
-from nlqo.execution.operators.iterate import ROUNDS
+from nlqo.execution.operators.iterate import ROUNDS, more_rounds
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.kinds import StopReason
 from nlqo.runtime.llm.base import LLM
@@ -42,11 +42,12 @@ def _positive(instance: object, attribute: attrs.Attribute, value: int) -> None:
         raise ValueError(f"{attribute.name} must be at least 1, not {value}")
 
 
-def _result(strategy: str, question: str, answer: str, trace: Trace, started: float, **fields) -> RunResult:
+def _result(baseline: Any, question: str, text: str, trace: Trace, started: float, **fields) -> RunResult:
+    """The result of a baseline whose final text is ``text`` (through ``short_answer``, as every strategy's)."""
     return RunResult(
         question=question,
-        answer=answer,
-        strategy=strategy,
+        answer=short_answer(text, question),
+        strategy=baseline.name,
         trace=trace.freeze(),
         execution_ms=(time.perf_counter() - started) * 1000,
         **fields,
@@ -67,7 +68,7 @@ class NoRag:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
         text = chat(self.llm, NO_RAG, trace, "answer", question=question)
         reason = stop(trace, "answer", StopReason.ANSWER)
-        return _result(self.name, question, short_answer(text, question), trace, started, stop_reason=reason)
+        return _result(self, question, text, trace, started, stop_reason=reason)
 
 
 @attrs.define(eq=False)
@@ -84,16 +85,7 @@ class StandardRag:
         hits = retrieve(self.retriever, question, self.k, trace, "round-1")
         text = chat(self.llm, STANDARD_RAG, trace, "round-1", reference=DOCS.render(hits), question=question)
         reason = stop(trace, "round-1", StopReason.ANSWER)
-        return _result(
-            self.name,
-            question,
-            short_answer(text, question),
-            trace,
-            started,
-            supporting=refs(hits),
-            stop_reason=reason,
-            hops=1,
-        )
+        return _result(self, question, text, trace, started, supporting=refs(hits), stop_reason=reason, hops=1)
 
 
 @attrs.define(eq=False)
@@ -113,22 +105,10 @@ class IterRetGen:
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
-        text, hits = "", []
-        for r in range(1, self.rounds + 1):
-            query = question if r == 1 else f"{question} {text}"
-            hits = retrieve(self.retriever, query, self.k, trace, f"round-{r}")
-            text = chat(self.llm, STANDARD_RAG, trace, f"round-{r}", reference=DOCS.render(hits), question=question)
+        done = more_rounds(self, question, trace, rounds=self.rounds)  # the ITERATE operator's rounds
         reason = stop(trace, f"round-{self.rounds}", StopReason.MAX_ROUNDS)
-        return _result(
-            self.name,
-            question,
-            short_answer(text, question),
-            trace,
-            started,
-            supporting=refs(hits),
-            stop_reason=reason,
-            hops=self.rounds,
-        )
+        hits = refs(done.hits)
+        return _result(self, question, done.text, trace, started, supporting=hits, stop_reason=reason, hops=self.rounds)
 
 
 @attrs.define(eq=False)
@@ -183,11 +163,9 @@ class IRCoT:
                 break
         stop(trace, node, reason)
         chain = " ".join(thoughts)
-        answer = short_answer(chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain, question)
-        best_first = sorted(pool.values(), key=lambda h: -h.score)
-        return _result(
-            self.name, question, answer, trace, started, supporting=refs(best_first), stop_reason=reason, hops=hops
-        )
+        text = chain.split(IRCOT_ANSWER_MARK, 1)[1] if IRCOT_ANSWER_MARK in chain else chain
+        best_first = refs(sorted(pool.values(), key=lambda h: -h.score))
+        return _result(self, question, text, trace, started, supporting=best_first, stop_reason=reason, hops=hops)
 
 
 def _scratchpad(thoughts: list[str]) -> str:
@@ -245,14 +223,7 @@ class SelfAsk:
                 hops += 1
         stop(trace, f"round-{r}", reason)
         return _result(
-            self.name,
-            question,
-            short_answer(final_answer(scratch), question),
-            trace,
-            started,
-            supporting=refs(hits),
-            stop_reason=reason,
-            hops=hops,
+            self, question, final_answer(scratch), trace, started, supporting=refs(hits), stop_reason=reason, hops=hops
         )
 
 

@@ -18,18 +18,17 @@ from __future__ import annotations
 import hashlib
 import json
 import socket
-import threading
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import attrs
-from distributed import WorkerPlugin
 
 from nlqo.runtime.cluster import Connection, host_threads
 from nlqo.config import EngineConfig, default
 from nlqo.errors import ClusterError, ConfigError, IndexFileError, NlqoError
 from nlqo.eval.datasets import Question
 from nlqo.eval.runner import Bench, run_record
+from nlqo.index.distributed import LazyPlugin, built
 
 
 @attrs.frozen
@@ -43,7 +42,7 @@ class Recipe:
     index: str
     """Absolute path of the index folder; workers must see it (a shared filesystem on a real cluster)."""
     index_digest: str
-    """:func:`nlqo.eval.workspace.index_digest` of the index the client opened; workers check theirs."""
+    """:func:`nlqo.planner.statistics.store.index_digest` of the index the client opened; workers check theirs."""
     strategies: tuple[str, ...]
     embedder: str | None = None
     """Embedder for the index's queries (``--embedder``); None: the index's own."""
@@ -96,13 +95,13 @@ def load(recipe: Recipe, host: str) -> Loaded:
     from nlqo.main.builder import load_model
     from nlqo.eval.strategy import build_strategies
     from nlqo.eval.judge import LLMJudge
-    from nlqo.eval.workspace import index_digest
+    from nlqo.planner.statistics.store import index_digest
     from nlqo.index.search import Index
     from nlqo.runtime.llm.backends import runtime_of
     from nlqo.runtime.llm.cache import with_cache
 
     index = Index.open(recipe.index, embedder=recipe.embedder)
-    if index_digest(index) != recipe.index_digest:
+    if index_digest(index.manifest) != recipe.index_digest:
         raise IndexFileError(
             f"{host}: the index at {recipe.index} is not the one the client opened; workers need the same files (a shared filesystem)"
         )
@@ -125,45 +124,21 @@ def load(recipe: Recipe, host: str) -> Loaded:
     return Loaded(strategies, judge, about)
 
 
-class BenchPlugin(WorkerPlugin):
+class BenchPlugin(LazyPlugin):
     """Holds a recipe on every worker and what it built, built on first use."""
 
-    def __init__(self, recipe: Recipe):
-        self.recipe = recipe
-        self.name = recipe.plugin_name()
-        self._loaded: Loaded | None = None
-        self._lock: threading.Lock | None = None
-        self._host = ""
-
-    def setup(self, worker) -> None:
-        self._lock = threading.Lock()
-        self._host = socket.gethostname()
-
-    def teardown(self, worker) -> None:
-        self._loaded = None
-
-    def loaded(self) -> Loaded:
-        assert self._lock is not None, "the plugin was not set up on a worker"
-        with self._lock:
-            if self._loaded is None:
-                self._loaded = load(self.recipe, self._host)
-            return self._loaded
-
-
-def _plugin(name: str) -> BenchPlugin:
-    from distributed import get_worker
-
-    return get_worker().plugins[name]
+    def build(self) -> Loaded:
+        return load(self.recipe, socket.gethostname())
 
 
 def warm(plugin: str) -> Mapping[str, Any]:
     """Task: build what the recipe names on this worker; say which runtime and threads it got."""
-    return _plugin(plugin).loaded().about
+    return built(plugin).about
 
 
 def answer(plugin: str, question: Question, index: int, names: tuple[str, ...], yes_no: bool) -> list[dict[str, Any]]:
     """Task: run strategies ``names`` on one question; their records, in that order."""
-    loaded = _plugin(plugin).loaded()
+    loaded = built(plugin)
     return [run_record(loaded.strategies[n], question, index, n, yes_no=yes_no, judge=loaded.judge) for n in names]
 
 

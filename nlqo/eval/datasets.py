@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 import attrs
 
+from nlqo.common.paths import dataset_name
 from nlqo.index.manifest import sha256_file
 from nlqo.errors import CorpusError
 
@@ -72,18 +73,6 @@ class QuestionSet:
 
     def __len__(self) -> int:
         return len(self.questions)
-
-
-def dataset_name(path: str | Path) -> str:
-    """The file name without its JSON Lines suffixes.
-
-    >>> dataset_name("../shared/data/hotpotqa_dev_199.jsonl.gz")
-    'hotpotqa_dev_199'
-    """
-    name = Path(path).name
-    for suffix in (".gz", ".jsonl", ".json"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 def parse_question(record: Any) -> Question:

@@ -117,9 +117,6 @@ class Interval:
     low: float
     high: float
 
-    def excludes_zero(self) -> bool:
-        return self.low > 0 or self.high < 0
-
 
 def bootstrap_diff(
     a: Sequence[float], b: Sequence[float], *, resamples: int = 2000, seed: int = 0, confidence: float = 0.95

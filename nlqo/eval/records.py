@@ -162,11 +162,8 @@ def read_records(path: Path, *, repair: bool = True, required: Sequence[str] = (
             RepairWarning,
             stacklevel=2,
         )
-    records = []
-    for line_no, text in enumerate(data[:end].split(b"\n")[:-1], start=1):
-        if text.strip():
-            records.append(_parse(text, path, line_no, required))
-    return records
+    lines = enumerate(data[:end].split(b"\n")[:-1], start=1)
+    return [_parse(text, path, line_no, required) for line_no, text in lines if text.strip()]
 
 
 def _parse(line: bytes, path: Path, line_no: int, required: Sequence[str]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from nlqo.errors import IndexFileError, RepairWarning
 from nlqo.index.manifest import REBUILD, sha256_file
 from nlqo.index.search import Index
+from nlqo.planner.statistics.store import index_digest
 from nlqo.common.storage import writing
 
 if TYPE_CHECKING:
@@ -17,13 +18,6 @@ if TYPE_CHECKING:
 
 SOURCE = "index.source.json"
 """Beside ``OUT/index``: the corpus (path and SHA-256) and embedder the index was built from."""
-
-
-def index_digest(index: Index) -> str:
-    """A digest of the index's files (from its manifest's checksums): equal digests, equal indexes."""
-    from nlqo.planner.statistics.store import index_digest as manifest_digest
-
-    return manifest_digest(index.manifest)
 
 
 def open_index(
@@ -46,7 +40,7 @@ def open_index(
         opened = Index.open(index, embedder=embedder)
         return opened, {
             "index": str(Path(index).absolute()),
-            "index_digest": index_digest(opened),
+            "index_digest": index_digest(opened.manifest),
             "corpus": opened.manifest.source,
         }
     if corpus is None:

@@ -123,14 +123,12 @@ def _forced(n: int) -> str:
 
 def parsing_lines(result: RunResult) -> list[str]:
     """One line per parse step: constrained or not, attempts and repairs, tokens."""
-    lines = []
-    for s in result.trace:
-        if s.node == "parse" and s.kind == "llm":
-            lines.append(
-                f"Parsing: {s.note or 'the question'}; {s.wall_ms:.0f} ms, tokens "
-                f"{s.prompt_tokens - s.cached_prompt_tokens}/{s.cached_prompt_tokens}/{s.generated_tokens}{_forced(s.forced_tokens)}"
-            )
-    return lines
+    return [
+        f"Parsing: {s.note or 'the question'}; {s.wall_ms:.0f} ms, tokens "
+        f"{s.prompt_tokens - s.cached_prompt_tokens}/{s.cached_prompt_tokens}/{s.generated_tokens}{_forced(s.forced_tokens)}"
+        for s in result.trace
+        if s.node == "parse" and s.kind == "llm"
+    ]
 
 
 def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> list[str]:

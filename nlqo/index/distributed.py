@@ -40,45 +40,56 @@ class EmbedderRecipe:
         return f"nlqo-embed-{digest[:16]}"
 
 
-class EmbedderPlugin(WorkerPlugin):
-    """Holds the recipe on every worker and the model, loaded on first use."""
+class LazyPlugin(WorkerPlugin):
+    """Holds a recipe on every worker and what :meth:`build` makes of it, built on first use."""
 
-    def __init__(self, recipe: EmbedderRecipe):
+    def __init__(self, recipe: Any):
         self.recipe = recipe
         self.name = recipe.plugin_name()
-        self._model: Any = None
+        self._built: Any = None
         self._lock: threading.Lock | None = None
 
     def setup(self, worker) -> None:
         self._lock = threading.Lock()
 
     def teardown(self, worker) -> None:
-        self._model = None
+        self._built = None
 
-    def model(self):
+    def build(self) -> Any:
+        raise NotImplementedError
+
+    def built(self) -> Any:
         assert self._lock is not None, "the plugin was not set up on a worker"
         with self._lock:
-            if self._model is None:
-                import torch
-
-                from nlqo.runtime.embed import SentenceEmbedder
-
-                host = socket.gethostname()
-                torch.set_num_threads(self.recipe.threads or dict(self.recipe.host_threads).get(host, 1))
-                self._model = SentenceEmbedder.load(self.recipe.name, batch_size=self.recipe.batch_size)
-            return self._model
+            if self._built is None:
+                self._built = self.build()
+            return self._built
 
 
-def _plugin(name: str) -> EmbedderPlugin:
+def built(plugin: str) -> Any:
+    """What the worker plugin called ``plugin`` built on this worker."""
     from distributed import get_worker
 
-    return get_worker().plugins[name]
+    return get_worker().plugins[plugin].built()
+
+
+class EmbedderPlugin(LazyPlugin):
+    """Holds the recipe on every worker and the model, loaded on first use."""
+
+    def build(self) -> Any:
+        import torch
+
+        from nlqo.runtime.embed import SentenceEmbedder
+
+        host = socket.gethostname()
+        torch.set_num_threads(self.recipe.threads or dict(self.recipe.host_threads).get(host, 1))
+        return SentenceEmbedder.load(self.recipe.name, batch_size=self.recipe.batch_size)
 
 
 def describe(plugin: str) -> dict[str, Any]:
     """Task: load the model on this worker (and run it once: torch's first call is slow); its
     name, dimension and prefixes."""
-    model = _plugin(plugin).model()
+    model = built(plugin)
     model.encode(["warm-up"], kind="passage", progress=False)
     return {
         "name": model.name,
@@ -90,7 +101,7 @@ def describe(plugin: str) -> dict[str, Any]:
 
 def embed(plugin: str, texts: Sequence[str], kind: str) -> np.ndarray:
     """Task: vectors of one chunk of texts."""
-    return _plugin(plugin).model().encode(texts, kind=kind, progress=False)
+    return built(plugin).encode(texts, kind=kind, progress=False)
 
 
 def chunk_size(n: int, workers: int, batch_size: int) -> int:

@@ -10,9 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import re
-import tempfile
 import threading
 from collections import deque
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Callable, Iterator, Mapping
 
 import attrs
 
+from nlqo.common.storage import replace_atomically
 from nlqo.config import default
 from nlqo.ir import Atom, Query, Var
 from nlqo.kinds import RelationKind, RelationSource
@@ -174,16 +173,7 @@ class RelationCache:
         with _locked(self.path), self._lock:
             merged = {**_read_entries(self.path), **self.entries}
             self.entries = merged
-            data = json.dumps(merged, indent=0, sort_keys=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".relations-")
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    f.write(data)
-                os.replace(tmp, self.path)
-            except BaseException:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-                raise
+            replace_atomically(self.path, json.dumps(merged, indent=0, sort_keys=True), prefix=".relations-")
 
 
 def _read_entries(path: Path) -> dict[str, str]:

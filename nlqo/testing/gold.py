@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import attrs
 
-from nlqo.common.paths import FILE, found
+from nlqo.common.paths import FILE, dataset_name, found
 from nlqo.errors import CorpusError, InputFileError
 
 QUESTION = -1
@@ -261,13 +261,6 @@ def gold_of(record: Mapping[str, Any], dataset: str = "") -> Gold | None:
     for n, i in enumerate(firsts):
         texts[i] = titles[n] if n < len(titles) else f"entity {n + 1}"
     return Gold(question, tuple(GoldStep(t) for t in texts), id=rid, dataset=dataset, kind=kind, textual=False)
-
-
-def dataset_name(path: str | Path) -> str:
-    name = Path(path).name
-    for suffix in (".gz", ".jsonl", ".json"):
-        name = name.removesuffix(suffix)
-    return name
 
 
 def load_gold(path: str | Path, *, limit: int | None = None) -> tuple[Gold, ...]:

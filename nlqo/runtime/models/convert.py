@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterator, Mapping
 from nlqo.errors import ModelNotAvailable, RepairWarning
 from nlqo.runtime.models.lock import building
 from nlqo.common.paths import cache_root
+from nlqo.common.storage import replace_atomically
 from nlqo.runtime.models.parts import stream_sha256
 
 MARKER = "nlqo-model.json"
@@ -98,19 +99,8 @@ def damage(folder: Path) -> str | None:
         for name, mtime_ns in touched.items():
             marker["files"][name]["mtime_ns"] = mtime_ns
         with contextlib.suppress(OSError):  # a read-only cache is hashed again next time
-            _write_atomic(folder / MARKER, json.dumps(marker, indent=2) + "\n")
+            replace_atomically(folder / MARKER, json.dumps(marker, indent=2) + "\n")
     return None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _staging_prefix(dest: Path) -> str:

@@ -15,12 +15,12 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Callable
 
 from nlqo.errors import ModelNotAvailable, RepairWarning
+from nlqo.common.storage import replace_atomically
 from nlqo.runtime.models.convert import cache_root, remove_stale_staging, staging_dir
 from nlqo.runtime.models.lock import building
 from nlqo.runtime.models.parts import assemble, locate, stream_sha256
@@ -113,11 +113,8 @@ def _verified(folder: Path, model: BundledModel, path: Path) -> bool:
 
 
 def _mark(folder: Path, model: BundledModel, path: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{model.name}.", suffix=".tmp", dir=folder)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps({"sha256": model.sha256, "stamp": _stamp(path)}, indent=2) + "\n")
-    os.replace(tmp, _marker(folder, model))
+    text = json.dumps({"sha256": model.sha256, "stamp": _stamp(path)}, indent=2) + "\n"
+    replace_atomically(_marker(folder, model), text, prefix=f".{model.name}.")
 
 
 def _sha256(model: BundledModel, path: Path, progress: bool) -> str:
