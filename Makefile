@@ -34,6 +34,7 @@ $(VENV)/.test: $(VENV)/.base
 	$(NLQO) models install smollm2-135m
 	command -v dot >/dev/null 2>&1 || (apt-get install -y -qq graphviz >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1)) || echo "graphviz not installed: DOT render checks will be skipped"
 	command -v chromium >/dev/null 2>&1 || (apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1)) || echo "chromium not installed: the EXPLAIN page browser tests will be skipped"
+	command -v nginx >/dev/null 2>&1 && command -v jq >/dev/null 2>&1 || (apt-get install -y -qq nginx-light jq >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq nginx-light jq >/dev/null 2>&1)) || echo "nginx or jq not installed: docs/serving.md's replica commands will be skipped"
 	# llama.cpp's own server (slots), once per machine (~15 min on 2 cores; cached in ~/.cache/nlqo).
 	sh scripts/build-llama-server.sh $(PY) || echo "llama-server not built: the multi-slot server tests will be skipped"
 	touch $@
