@@ -301,3 +301,24 @@ def test_llama_cpp_drops_an_interrupted_request_and_its_batch_mate_and_the_next_
         assert again.text == reference.text
     finally:
         llm.close()
+
+
+def test_a_request_that_ends_without_an_answer_counts_the_tokens_of_its_finished_generations():
+    from served import make_engine
+
+    from nlqo.execution.trace import Step
+    from nlqo.serve.service import Service
+    from nlqo.serve.ticket import Ticket
+
+    service, ticket = Service(make_engine()[0], capacity=1), Ticket(timeout=60)
+
+    def work():  # one generation finished, then the deadline
+        ticket.steps.append(Step(node="q1", kind="llm", prompt_tokens=120, generated_tokens=7))
+        ticket.steps.append(Step(node="q1", kind="retrieve"))
+        raise TimedOut("the request took longer than its 1 s timeout")
+
+    with pytest.raises(TimedOut):
+        service._run("ask", work, ticket)
+    snapshot = service.snapshot()
+    assert snapshot["generated_tokens"] == 7 and snapshot["prompt_tokens"] == 120
+    assert snapshot["requests"] == {"ask timeout": 1}

@@ -136,7 +136,9 @@ class Service:
             with self._lock:
                 self._running -= 1
                 self._admitted -= 1
-            tokens = body.get("stats", {}) if isinstance(body, dict) else {}
+            tokens = body.get("stats") if isinstance(body, dict) else None
+            if tokens is None:  # no answer: the generations it finished still cost their tokens
+                tokens = RunResult("", "", "", trace=tuple(ticket.steps)).stats()
             self.stats.finished(
                 endpoint,
                 outcome,
@@ -208,7 +210,7 @@ class Service:
             ticket.check()
 
         engine = self.engine
-        trace = Trace(on_step=on_step)
+        trace = Trace(steps=ticket.steps, on_step=on_step)
         planned = engine.prepare(question, strategy=strategy, trace=trace)
         physical = planned.physical
         emit("plan", plan_event(physical, planned.error))
@@ -231,7 +233,7 @@ class Service:
 
         ticket.check()
         engine = self.engine
-        trace = Trace(on_step=lambda step: ticket.check())
+        trace = Trace(steps=ticket.steps, on_step=lambda step: ticket.check())
         planned = engine.prepare(question, strategy=strategy, trace=trace)
         if planned.physical is None:
             last = (planned.error or "").rsplit(">>> ", 1)[-1].strip()

@@ -33,6 +33,9 @@ class Ticket:
     started: float = attrs.field(factory=time.monotonic)
     reason: NlqoError | None = None
     """Why the answer is no longer wanted (what the run raises, and what the stats count), once it is not."""
+    steps: list = attrs.field(factory=list, repr=False)
+    """The run's trace steps as they are recorded: a request that ends without an answer has its
+    finished generations' tokens counted from them."""
 
     def stop(self, reason: NlqoError) -> None:
         """Stop the run at its next check, with ``reason``."""
