@@ -105,3 +105,13 @@ def test_bad_file_is_a_clear_error(capsys, tmp_path):
     assert main(["plan", str(bad), "--cost-model", "structural"]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:1:15: missing comma" in err
+
+
+def test_a_node_that_never_ran_says_so_without_an_empty_field(monkeypatch):
+    """The linear template of the question alone annotates only its root: the atom below it once read
+    ``size=1; ; never executed``."""
+    import nlqo.explain.analyze as analyze
+
+    monkeypatch.setattr(analyze, "physical_annotations", lambda physical: {"$root": "LinearTemplate", "q1": ""})
+    monkeypatch.setattr(analyze, "_by_node", lambda result, physical: {})
+    assert analyze.actual_annotations(None, None) == {"$root": "LinearTemplate; never executed", "q1": "never executed"}

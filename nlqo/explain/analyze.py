@@ -108,7 +108,7 @@ def actual_annotations(result: RunResult, physical: PhysicalPlan) -> dict[str, s
             f"passages={len(a['passages'])}{score}{confidence_text(node_confidence(steps))}"
         ).lstrip("; ")
     for node, text in base.items():
-        out.setdefault(node, text + "; never executed")
+        out.setdefault(node, f"{text}; never executed" if text else "never executed")
     return out
 
 
