@@ -56,3 +56,27 @@ def test_an_option_before_the_command_that_nlqo_does_not_know_is_still_the_top_l
         and err.startswith("usage: nlqo [-h]")
         and err.endswith("nlqo: error: unrecognized arguments: --bogus\n")
     )
+
+
+def test_the_program_leaves_at_once_with_its_code_its_whole_output_and_its_exit_handlers_run():
+    """As the program (no argv), main skips the interpreter's teardown: the exit code, everything written
+    to a pipe, and the exit handlers registered before must survive that."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    example = Path(__file__).parents[1] / "examples" / "director_birthplace.nlqo"
+    program = (
+        "import atexit, sys; import nlqo.cli; "
+        "atexit.register(lambda: print('handler ran', file=sys.stderr)); "
+        "sys.argv = ['nlqo', *sys.argv[1:]]; nlqo.cli.main(); print('not reached', file=sys.stderr)"
+    )
+    ok = subprocess.run(
+        [sys.executable, "-c", program, "plan", str(example), "--format", "json"], capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and json.loads(ok.stdout)["nodes"] and ok.stderr.strip() == "handler ran"
+    bad = subprocess.run([sys.executable, "-c", program, "plan", "/nonexistent.nlqo"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.splitlines()[-1] == "handler ran" and "nlqo: error: /nonexistent.nlqo" in bad.stderr
+    assert "not reached" not in ok.stderr + bad.stderr
