@@ -29,8 +29,9 @@ with numpy before the argmax, and the tokens the grammar forces are appended to 
 sampling and computed in the next batch together with the token before them (counted as forced).
 
 The package, one concern a module: :mod:`~nlqo.runtime.llm.llamacpp.loading` (the library, the file check,
-the backend and its log lines), :mod:`~nlqo.runtime.llm.llamacpp.runtime` (the context and the scheduler
-thread's batched decode), :mod:`~nlqo.runtime.llm.llamacpp.kv` (slots and saved prefix states),
+the backend and its log lines), :mod:`~nlqo.runtime.llm.llamacpp.variants` (which CPU backend variant runs:
+the best one a child-process probe shows to run here, or the one forced),
+:mod:`~nlqo.runtime.llm.llamacpp.runtime` (the context and the scheduler thread's batched decode), :mod:`~nlqo.runtime.llm.llamacpp.kv` (slots and saved prefix states),
 :mod:`~nlqo.runtime.llm.llamacpp.request` (choosing and taking tokens, under a grammar), and
 :mod:`~nlqo.runtime.llm.llamacpp.handle` (:class:`LlamaCppLLM` and its sessions).
 """
@@ -45,6 +46,7 @@ from nlqo.runtime.llm.llamacpp.loading import (
     _init_backend,
     _LogLines,
     check_gguf,
+    cpu_variant,
     default_threads,
 )
 
@@ -59,5 +61,6 @@ __all__ = [
     "_LogLines",
     "_init_backend",
     "check_gguf",
+    "cpu_variant",
     "default_threads",
 ]

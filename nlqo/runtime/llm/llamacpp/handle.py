@@ -19,6 +19,7 @@ from nlqo.runtime.llm.base import Capabilities, ChatMessage, Completion, Usage
 from nlqo.runtime.llm.confidence import piece_offsets
 from nlqo.runtime.llm.constrain import TOKENS, Constraint, Matcher, completion
 from nlqo.runtime.llm.llamacpp.loading import DEFAULT_N_CTX_SEQ, DEFAULT_N_SEQ, check_gguf, default_threads
+from nlqo.runtime.llm.llamacpp.loading import cpu_variant as running_variant
 from nlqo.runtime.llm.llamacpp.request import Request
 from nlqo.runtime.llm.llamacpp.runtime import _Runtime
 from nlqo.runtime.llm.tokens import TokenLLM, TokenSegments
@@ -71,11 +72,18 @@ class LlamaCppLLM(TokenLLM):
         n_seq: int = DEFAULT_N_SEQ,
         n_ctx_seq: int = DEFAULT_N_CTX_SEQ,
         prefix_cache_size: int = 8,
+        cpu_variant: str | None = None,
     ) -> "LlamaCppLLM":
-        """Load a GGUF file with ``threads`` threads (default: the cores this process may use)."""
+        """Load a GGUF file with ``threads`` threads (default: the cores this process may use).
+
+        ``cpu_variant``: the llama.cpp CPU backend variant (``haswell``, ``zen4``; default
+        ``$NLQO_LLAMA_CPU_VARIANT``, else the best that runs here), chosen once per process
+        (:mod:`~nlqo.runtime.llm.llamacpp.variants`)."""
         path = Path(path)
         check_gguf(path)
-        runtime = _Runtime(path, threads=threads or default_threads(), n_seq=n_seq, n_ctx_seq=n_ctx_seq)
+        runtime = _Runtime(
+            path, threads=threads or default_threads(), n_seq=n_seq, n_ctx_seq=n_ctx_seq, cpu_variant=cpu_variant
+        )
         return cls(runtime, name=name or path.stem, prefix_cache_size=prefix_cache_size)
 
     @property
@@ -100,8 +108,12 @@ class LlamaCppLLM(TokenLLM):
         return self.runtime.threads
 
     def cache_identity(self) -> dict[str, Any]:
-        """What a response cache keys on: the model file and this runtime."""
-        return {"model": self.name, "runtime": "llama-cpp", "file": self.runtime.path.name}
+        """What a response cache keys on: the model file and this runtime (with its CPU variant, whose
+        kernels may round differently; a build with the CPU backend linked in names none)."""
+        identity = {"model": self.name, "runtime": "llama-cpp", "file": self.runtime.path.name}
+        if (variant := running_variant()) is not None:
+            identity["cpu_variant"] = variant
+        return identity
 
     # --- text <-> tokens -----------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """Loading llama.cpp and a GGUF file: the import, the file check, the process-wide backend with
-llama.cpp's messages sent to logging, and the thread count."""
+llama.cpp's messages sent to logging and its CPU variant chosen (:mod:`~nlqo.runtime.llm.llamacpp.variants`),
+and the thread count."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from nlqo.errors import ModelNotAvailable
+from nlqo.errors import ConfigError, ModelNotAvailable
 
 GGUF_MAGIC = b"GGUF"
 
@@ -110,13 +111,35 @@ _LOG_CALLBACK: Any = None
 """The ctypes callback given to llama.cpp (kept here: llama.cpp holds only a pointer to it)."""
 
 
-def _init_backend(ll) -> None:
-    """Start llama.cpp once per process, its messages sent to :data:`LOG` instead of stderr."""
-    global _backend_started, _LOG_CALLBACK
+_cpu_variant: str | None = None
+"""The CPU backend variant this process runs (``zen4``, ``haswell``: :mod:`~nlqo.runtime.llm.llamacpp.variants`),
+or None: the build's own, linked in, or llama.cpp not started yet."""
+
+
+def cpu_variant() -> str | None:
+    """The llama.cpp CPU variant this process runs; None for a build with its CPU backend linked in."""
+    return _cpu_variant
+
+
+def _init_backend(ll, *, model: Path | None = None, cpu_variant: str | None = None) -> None:
+    """Start llama.cpp once per process, its messages sent to :data:`LOG` instead of stderr, with the
+    CPU backend variant ``cpu_variant`` (else ``$NLQO_LLAMA_CPU_VARIANT``, else the best one that runs
+    ``model`` here: :func:`~nlqo.runtime.llm.llamacpp.variants.load_cpu_backend`). The variant is chosen
+    once: a later call asking for another raises :class:`~nlqo.errors.ConfigError`."""
+    global _backend_started, _LOG_CALLBACK, _cpu_variant
+    from nlqo.runtime.llm.llamacpp import variants
+
     with _BACKEND_READY:
         if _backend_started:
+            asked = variants.requested(cpu_variant)
+            if asked is not None and asked != _cpu_variant:
+                raise ConfigError(
+                    f"llama.cpp's CPU backend is chosen once per process: this one runs "
+                    f"{_cpu_variant or 'the built-in backend'}, so {variants.VARIANT_ENV}={asked} needs a new process"
+                )
             return
         _LOG_CALLBACK = ll.llama_log_callback(_LOG_LINES)
         ll.llama_log_set(_LOG_CALLBACK, ctypes.c_void_p(0))
+        _cpu_variant = variants.load_cpu_backend(ll, model=model, cpu_variant=cpu_variant)
         ll.llama_backend_init()
         _backend_started = True

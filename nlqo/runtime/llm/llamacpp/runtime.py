@@ -25,9 +25,18 @@ from nlqo.runtime.llm.llamacpp.request import Request, choose, take
 class _Runtime:
     """The model, its one context and the scheduler thread that owns every llama_decode call."""
 
-    def __init__(self, path: Path, *, threads: int, n_seq: int, n_ctx_seq: int, flash_attn: bool = False):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        threads: int,
+        n_seq: int,
+        n_ctx_seq: int,
+        flash_attn: bool = False,
+        cpu_variant: str | None = None,
+    ):
         ll = _llama()
-        _init_backend(ll)
+        _init_backend(ll, model=path, cpu_variant=cpu_variant)
         self.ll = ll
         self.path = path
         self.threads = threads
