@@ -34,6 +34,16 @@ PASSAGES = [
     {"id": "a4", "title": "The Hobbit", "text": "The Hobbit is a novel by J. R. R. Tolkien, published in 1937."},
 ]
 QUESTIONS = ("Who directed Jaws?", "In which city was the director of the film Jaws born?")
+UNASKED = (
+    "In which country was the director of the film Jaws born, and in which year?",
+    "Which city was the author of The Hobbit born in, and who directed Jaws?",
+)
+"""Multi-hop questions no other test asks the module's server (the timeout test needs them cold)."""
+LONG_QUESTION = (
+    "Who was born first: the director of the film Jaws, the author of The Hobbit or the designer of the "
+    "Analytical Engine, and in which cities were each of them born?"
+)
+"""A question whose parse alone takes the 135M model seconds, cold (a fresh server has nothing of it)."""
 MODEL = "smollm2-135m"
 
 
@@ -270,10 +280,13 @@ def test_a_timeout_interrupts_the_real_models_generation_and_the_next_request_is
     reference, _ = ask_streamed(server.address, body)
     assert reference[-1][0] == "result"
     longest = max((d["wall_ms"] for n, d in reference if n == "step" and d["kind"] == "llm"), default=0.0) / 1000
+    # questions asked for the first time: a question asked before may be answered within the second
+    # from what the engine keeps (its parse, its relations, the model's cached prefixes)
+    fresh = [{"question": q, "strategy": "tree", "timeout": 1} for q in UNASKED]
     started = time.monotonic()
-    status, reply = server.request("POST", "/v1/ask", {**body, "timeout": 1})
+    status, reply = server.request("POST", "/v1/ask", fresh[0])
     took = time.monotonic() - started
-    streamed, streamed_took = ask_streamed(server.address, {**body, "timeout": 1})
+    streamed, streamed_took = ask_streamed(server.address, fresh[1])
     again = server.request("POST", "/v1/ask", body)
     stats = server.request("GET", "/v1/stats")[1]
     assert status == 504 and reply["error"] == {
@@ -292,14 +305,14 @@ def test_sigterm_answers_503_during_the_grace_and_ends_an_open_stream_with_an_er
     """Issue 52, item 4: on SIGTERM new requests, /v1/health and requests on keep-alive connections
     opened before are answered 503 while the grace lasts; a stream still open when it ends gets an
     ``error`` event; the process exits 0 and its log has no traceback."""
-    s = Server(index, "--grace", "3")
+    s = Server(index, "--grace", "1")
     try:
         idle = http.client.HTTPConnection(*s.address, timeout=30)  # a keep-alive connection, idle at the signal
         idle.request("GET", "/v1/health")
         first = idle.getresponse()
         assert first.status == 200 and json.loads(first.read())["status"] == "ok"
         stream = http.client.HTTPConnection(*s.address, timeout=60)
-        body = {"question": QUESTIONS[1], "strategy": "tree", "stream": True}  # about 9 s on the 135M model
+        body = {"question": LONG_QUESTION, "strategy": "tree", "stream": True}  # seconds of parsing, cold
         stream.request("POST", "/v1/ask", body=json.dumps(body), headers={"Content-Type": "application/json"})
         response = stream.getresponse()
         assert response.status == 200 and response.fp.readline()  # the stream is open
@@ -325,7 +338,7 @@ def test_sigterm_answers_503_during_the_grace_and_ends_an_open_stream_with_an_er
     assert asked[0] == 503 and asked[1]["error"]["type"] == "closing"
     assert kept_alive[0] == 503 and kept_alive[1]["status"] == "closing"
     assert events[-1][0] == "error" and events[-1][1]["status"] == 503 and events[-1][1]["type"] == "closing"
-    assert 2 < ended < 10  # at the end of the 3 s grace
+    assert 0.5 < ended < 8  # at the end of the 1 s grace
     assert "Traceback" not in log and "CancelledError" not in log, log[-3000:]
     assert "nlqo: stopped" in log
 

@@ -8,7 +8,6 @@ import sys
 
 from nlqo.cli import common
 from nlqo.execution.trace import RunResult, Trace
-from nlqo.parser.questions import check_question
 
 
 def register(subparsers) -> None:
@@ -31,27 +30,22 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    check_question(args.question, max_chars=args.max_question_chars)  # before a model loads
-    with common.build_engine(args) as engine:
-        return _answer(args, engine)
-
-
-def _answer(args: argparse.Namespace, engine) -> int:
-    trace = Trace(on_step=common.progress_printer(not args.quiet))
-    if args.ir is None or args.strategy == "linear":
-        result = engine.ask(args.question, strategy=args.strategy, trace=trace)
-    else:
-        result = engine.execute(
-            args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace
-        )
-    if not args.json and result.plan is not None:
-        for w in result.plan.warnings:
-            print(f"nlqo: warning: {w}", file=sys.stderr)
-    if args.json:
-        print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+    with common.question_engine(args) as engine:
+        trace = Trace(on_step=common.progress_printer(not args.quiet))
+        if args.ir is None or args.strategy == "linear":
+            result = engine.ask(args.question, strategy=args.strategy, trace=trace)
+        else:
+            result = engine.execute(
+                args.question, common.plan_question(engine, args, trace), strategy=args.strategy, trace=trace
+            )
+        if not args.json and result.plan is not None:
+            for w in result.plan.warnings:
+                print(f"nlqo: warning: {w}", file=sys.stderr)
+        if args.json:
+            print(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+            return 0
+        print("\n".join(answer_lines(result, args.strategy)))
         return 0
-    print("\n".join(answer_lines(result, args.strategy)))
-    return 0
 
 
 def answer_lines(result: RunResult, strategy: str) -> list[str]:

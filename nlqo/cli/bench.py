@@ -222,11 +222,6 @@ def command_line(args: argparse.Namespace, model: str) -> list[str]:
     return cmd
 
 
-def default_model() -> str:
-    """The project's default model."""
-    return DEFAULT_MODEL
-
-
 def bench_config(args: argparse.Namespace, model: str):
     """The :class:`~nlqo.config.EngineConfig` every strategy of the run starts from."""
     import attrs
@@ -242,7 +237,7 @@ def _bench(args: argparse.Namespace, specs: list[str]) -> int:
 
     out = Path(args.out)
     questions = QuestionSet.load(args.questions, limit=args.limit, skip=args.skip)
-    model = args.model or default_model()
+    model = args.model or DEFAULT_MODEL
     with shown_repairs():
         if getattr(args, "cluster", None):
             summary = _bench_on_cluster(args, specs, questions, bench_config(args, model))

@@ -10,6 +10,8 @@ from pathlib import Path
 from nlqo.cli.options import add_config_options, config_from_args
 from nlqo.config import DEFAULT_MODEL
 from nlqo.execution.trace import progress_line
+from nlqo.kinds import OutputFormat
+from nlqo.parser.questions import check_question
 from nlqo.runtime.llm.backends import load_llm
 
 __all__ = [
@@ -62,11 +64,28 @@ def add_engine_options(parser: argparse.ArgumentParser, *, ir: bool = True) -> N
     add_config_options(parser, grouped=True)
 
 
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--format`` and ``--out``: what ``nlqo plan`` and ``nlqo explain`` print, and where."""
+    parser.add_argument(
+        "--format",
+        choices=OutputFormat.values(),
+        default="text",
+        help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)",
+    )
+    parser.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
+
+
 def build_engine(args: argparse.Namespace):
     """The engine the command's options describe."""
     from nlqo.main.engine import Engine
 
     return Engine.from_config(config_from_args(args), progress=not getattr(args, "quiet", False))
+
+
+def question_engine(args: argparse.Namespace):
+    """:func:`build_engine` for a command about ``args.question``, checked before a model loads."""
+    check_question(args.question, max_chars=args.max_question_chars)
+    return build_engine(args)
 
 
 def read_ir(path: Path, question: str | None = None):

@@ -20,13 +20,7 @@ def register(subparsers) -> None:
         epilog="Example: nlqo plan examples/counterparts.nlqo --format text --verbose",
     )
     p.add_argument("file", type=Path, help="an IR file (.nlqo); '-' reads standard input")
-    p.add_argument(
-        "--format",
-        choices=formats.OutputFormat.values(),
-        default="text",
-        help="output format; html is one self-contained page (docs/explain.md) (default: %(default)s)",
-    )
-    p.add_argument("--out", "-o", type=Path, metavar="FILE", help="write to FILE instead of standard output")
+    common.add_output_options(p)
     p.add_argument(
         "--verbose",
         "-v",

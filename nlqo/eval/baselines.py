@@ -72,13 +72,19 @@ class NoRag:
 
 
 @attrs.define(eq=False)
-class StandardRag:
-    """Retrieve the top ``k`` for the question once, then answer (FlashRAG ``SequentialPipeline``)."""
+class _Retrieving:
+    """What a baseline that retrieves is built from."""
 
-    name: ClassVar[str] = "standard-rag"
     llm: LLM
     retriever: Retriever
     k: int = attrs.field(default=default("k"), validator=_positive)
+
+
+@attrs.define(eq=False)
+class StandardRag(_Retrieving):
+    """Retrieve the top ``k`` for the question once, then answer (FlashRAG ``SequentialPipeline``)."""
+
+    name: ClassVar[str] = "standard-rag"
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
         trace, started = Trace() if trace is None else trace, time.perf_counter()
@@ -89,7 +95,7 @@ class StandardRag:
 
 
 @attrs.define(eq=False)
-class IterRetGen:
+class IterRetGen(_Retrieving):
     """``rounds`` of retrieval and generation (FlashRAG ``IterativePipeline``, ``iter_num=3``).
 
     Round 1 retrieves with the question; each later round with the question followed by the
@@ -98,9 +104,6 @@ class IterRetGen:
     """
 
     name: ClassVar[str] = "iter-retgen"
-    llm: LLM
-    retriever: Retriever
-    k: int = attrs.field(default=default("k"), validator=_positive)
     rounds: int = attrs.field(default=ROUNDS, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
@@ -112,7 +115,7 @@ class IterRetGen:
 
 
 @attrs.define(eq=False)
-class IRCoT:
+class IRCoT(_Retrieving):
     """Interleave one chain-of-thought sentence with retrieval on it (FlashRAG ``IRCOTPipeline``, ``max_iter=5``).
 
     Round 1 retrieves with the question; each later round retrieves with the previous thought and
@@ -126,9 +129,6 @@ class IRCoT:
     """
 
     name: ClassVar[str] = "ircot"
-    llm: LLM
-    retriever: Retriever
-    k: int = attrs.field(default=default("k"), validator=_positive)
     max_rounds: int = attrs.field(default=5, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:
@@ -180,7 +180,7 @@ def _scratchpad(thoughts: list[str]) -> str:
 
 
 @attrs.define(eq=False)
-class SelfAsk:
+class SelfAsk(_Retrieving):
     """Self-ask with retrieval (FlashRAG ``SelfAskPipeline``, multi-hop prompt, ``max_iter=5``).
 
     Retrieval starts with the question. Each round is one generation continuing the scratchpad:
@@ -194,9 +194,6 @@ class SelfAsk:
     """
 
     name: ClassVar[str] = "self-ask"
-    llm: LLM
-    retriever: Retriever
-    k: int = attrs.field(default=default("k"), validator=_positive)
     max_rounds: int = attrs.field(default=5, validator=_positive)
 
     def run(self, question: str, trace: Trace | None = None) -> RunResult:

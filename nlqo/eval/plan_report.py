@@ -13,6 +13,7 @@ import attrs
 import numpy as np
 
 from nlqo.eval.metrics import wilson_interval
+from nlqo.eval.summary import table
 from nlqo.testing.plan_score import OUTCOMES
 
 Record = Mapping[str, Any]
@@ -177,44 +178,38 @@ def _cells(row: Mapping[str, Any], figures: Sequence[Figure]) -> list[str]:
 def main_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Every set and variant over all its questions, with PlanRAG's reported figures below."""
     head = ["set", "cost model", "rules", "search", "questions", *(f.label for f in FIGURES)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        if row["group"] != "all":
-            continue
-        lead = [row["dataset"], row["cost_model"], row["rules"], row["search"], str(row["questions"])]
-        lines.append("| " + " | ".join(lead + _cells(row, FIGURES)) + " |")
+    body = [[*_lead(row), str(row["questions"]), *_cells(row, FIGURES)] for row in rows if row["group"] == "all"]
     planrag = ["–" if f.planrag is None else f"{f.planrag:.1f}" for f in FIGURES]
-    lines.append("| " + " | ".join(["PlanRAG paper", "–", "–", "–", "–", *planrag]) + " |")
-    return "\n".join(lines)
+    return table(head, [*body, ["PlanRAG paper", "–", "–", "–", "–", *planrag]])
+
+
+def _lead(row: Mapping[str, Any]) -> list[str]:
+    return [row["dataset"], row["cost_model"], row["rules"], row["search"]]
 
 
 def edges_table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Every set and variant: the share of the gold edges the plans hang parent over child, the wrong
     way round, as siblings, as unrelated, or with a step no atom matched."""
     head = ["set", "cost model", "rules", "search", "gold edges", *(f"as {k}" for k in OUTCOMES)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    body = []
     for row in rows:
         counts = row["edge_outcomes"]
         total = sum(counts.values())
-        if row["group"] != "all" or not total:
-            continue
-        shares = [f"{100 * counts[k] / total:.1f}" for k in OUTCOMES]
-        lead = [row["dataset"], row["cost_model"], row["rules"], row["search"], str(total)]
-        lines.append("| " + " | ".join(lead + shares) + " |")
-    return "\n".join(lines)
+        if row["group"] == "all" and total:
+            body.append([*_lead(row), str(total), *(f"{100 * counts[k] / total:.1f}" for k in OUTCOMES)])
+    return table(head, body)
 
 
 def breakdown_table(rows: Sequence[Mapping[str, Any]], variant: str) -> str:
     """One variant by hop count and question type, set by set."""
     shown = [f for f in FIGURES if f.key not in ("planned", "bare_leaves")]
     head = ["set", "questions", "group", *(f.label for f in shown)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for row in rows:
-        if row["variant"] == variant and row["group"] != "all":
-            lines.append(
-                "| " + " | ".join([row["dataset"], str(row["questions"]), row["group"], *_cells(row, shown)]) + " |"
-            )
-    return "\n".join(lines)
+    body = [
+        [row["dataset"], str(row["questions"]), row["group"], *_cells(row, shown)]
+        for row in rows
+        if row["variant"] == variant and row["group"] != "all"
+    ]
+    return table(head, body)
 
 
 def report(rows: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str:

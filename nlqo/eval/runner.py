@@ -29,7 +29,7 @@ from nlqo.eval.judge import LLMJudge
 from nlqo.eval.plots import write_plots
 from nlqo.eval.records import FILENAME as RECORDS, append_records, make_record, read_records
 from nlqo.eval.summary import answers_table, complete_rows, counted, differences_table, markdown_table, summarize
-from nlqo.common.storage import writing
+from nlqo.common.storage import replace_atomically, writing
 from nlqo.eval.strategy import Strategy
 
 RUN = "run.json"
@@ -299,13 +299,8 @@ def render_results(summary: dict[str, Any]) -> str:
 
 def _write_json(path: Path, data: Any) -> None:
     """Replace ``path`` whole (a temporary file renamed over it): a kill or a full disk keeps the old one."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    try:
-        with writing(path, f"{path.name} is unchanged and {KEPT}"):
-            tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-            os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with writing(path, f"{path.name} is unchanged and {KEPT}"):
+        replace_atomically(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 def _read_run(path: Path) -> dict[str, Any]:

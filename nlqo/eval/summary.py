@@ -207,6 +207,12 @@ def _num(value: float | None, digits: int = 1) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """A Markdown table of ``head`` and ``rows`` (each a row's cells), without a final newline."""
+    lines = ["| " + " | ".join(cells) + " |" for cells in (head, *rows)]
+    return "\n".join([lines[0], "|" + "---|" * len(head), *lines[1:]])
+
+
 def markdown_table(summary: dict[str, Any]) -> str:
     """The results table of a summary (percentages for EM, F1, Acc, judge and evidence recall)."""
     head = (
@@ -241,23 +247,21 @@ def kinds_table(summary: dict[str, Any]) -> str:
     if len(kinds) < 2:
         return ""
     names = summary["strategies"]
-    lines = ["| question kind | n | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for kind, group in kinds.items():
-        lines.append(f"| {kind} | {group['n']} | " + " | ".join(_pct(group["em"].get(n)) for n in names) + " |")
-    return "\n".join(lines) + "\n"
+    rows = [[kind, str(group["n"]), *(_pct(group["em"].get(n)) for n in names)] for kind, group in kinds.items()]
+    return table(["question kind", "n", *names], rows) + "\n"
 
 
 def differences_table(summary: dict[str, Any], *, against: str | None = None) -> str:
     """EM differences in points with their 95% intervals; only pairs with ``against`` when given."""
-    lines = ["| A - B | EM difference (points) | 95% interval |", "|---|---|---|"]
+    rows: list[list[str]] = []
     for d in summary["em_differences"]:
         a, b, diff, low, high = d["a"], d["b"], d["diff"], d["low"], d["high"]
         if against is not None and against not in (a, b):
             continue
         if against is not None and b == against:
             a, b, diff, low, high = b, a, 0.0 - diff, 0.0 - high, 0.0 - low  # 0.0 - x: no -0.0
-        lines.append(f"| {a} - {b} | {100 * diff:+.1f} | [{100 * low:+.1f}, {100 * high:+.1f}] |")
-    return "\n".join(lines) + "\n"
+        rows.append([f"{a} - {b}", f"{100 * diff:+.1f}", f"[{100 * low:+.1f}, {100 * high:+.1f}]"])
+    return table(["A - B", "EM difference (points)", "95% interval"], rows) + "\n"
 
 
 def _cell(text: str, width: int = 60) -> str:
@@ -275,8 +279,7 @@ def answers_table(rows: dict[str, list[dict[str, Any]]], links: Mapping[tuple[st
     followed by a link to its plan page when ``links`` has one for (question id, strategy)."""
     names = list(rows)
     links = links or {}
-    head = "| # | question | gold | " + " | ".join(names) + " |"
-    lines = [head, "|" + "---|" * (len(names) + 3)]
+    lines: list[list[str]] = []
     for by_question in zip(*rows.values()):
         first = by_question[0]
         answers = [
@@ -285,9 +288,6 @@ def answers_table(rows: dict[str, list[dict[str, Any]]], links: Mapping[tuple[st
             + (f" [plan]({links[r['qid'], r['strategy']]})" if (r["qid"], r["strategy"]) in links else "")
             for r in by_question
         ]
-        lines.append(
-            f"| {first['index'] + 1} | {_cell(first['question'], 160)} | {_cell(' / '.join(first['answers']), 40)} | "
-            + " | ".join(answers)
-            + " |"
-        )
-    return "\n".join(lines) + "\n"
+        gold = _cell(" / ".join(first["answers"]), 40)
+        lines.append([str(first["index"] + 1), _cell(first["question"], 160), gold, *answers])
+    return table(["#", "question", "gold", *names], lines) + "\n"

@@ -23,7 +23,7 @@ from typing import Sequence
 import attrs
 
 from nlqo.execution.fallback import ask_again
-from nlqo.execution.trace import PassageRef, RunResult, Step, Trace
+from nlqo.execution.trace import RunResult, Step, Trace
 from nlqo.kinds import StepKind, StopReason, stop_reasons
 from nlqo.parser.questions import YES_NO, offered_options
 from nlqo.runtime.llm.base import LLM
@@ -83,11 +83,6 @@ def linked_options(answer: str, options: Sequence[str], texts: Sequence[str]) ->
     return [o for o in options if any(said <= (words := _words(t)) and _words(o) <= words for t in texts)]
 
 
-def distinct_passages(result: RunResult, limit: int = MAX_PASSAGES) -> list[PassageRef]:
-    """The first ``limit`` distinct passages (with texts) the run retrieved, in retrieval order."""
-    return result.distinct_retrieved()[:limit]
-
-
 def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, limit: int = MAX_PASSAGES) -> RunResult:
     """``result`` itself unless its question offers options and its answer names none or both;
     then the one option the run's text links the answer to (:func:`linked_options`, for a
@@ -105,7 +100,7 @@ def held_to_options(result: RunResult, llm: LLM, *, trace: Trace | None = None, 
         return attrs.evolve(
             result, answer=linked[0], trace=trace.freeze(), stop_reason=stop_reasons(result.stop_reason, HELD)
         )
-    refs = distinct_passages(result, limit)
+    refs = result.distinct_retrieved()[:limit]  # the first distinct passages, in retrieval order
     if not refs:
         return result
     note = f"the answer {result.answer!r} named {'both options' if named else 'no option'}: asked again among {' | '.join(options)}"

@@ -10,7 +10,7 @@ import attrs
 
 from nlqo.execution.answers import normalize_answer, short_answer
 from nlqo.kinds import StepKind, StopReason
-from nlqo.runtime.llm.base import ChatMessage, Usage
+from nlqo.runtime.llm.base import TOKEN_COUNTS, ChatMessage, Usage
 from nlqo.runtime.llm.confidence import Confidence
 from nlqo.common.passages import Hit
 
@@ -95,16 +95,13 @@ class Step:
             node=node,
             kind=StepKind.LLM,
             wall_ms=usage.wall_ms,
-            prompt_tokens=usage.prompt_tokens,
-            cached_prompt_tokens=usage.cached_prompt_tokens,
-            generated_tokens=usage.generated_tokens,
             text=text,
             started_ms=started_ms,
             prompt=prompt_text(prompt),
-            forced_tokens=usage.forced_tokens,
             note=note,
             calls=max(usage.calls, 1),
             confidence=confidence,
+            **{name: getattr(usage, name) for name in TOKEN_COUNTS},
         )
 
     @classmethod
@@ -236,10 +233,7 @@ class RunResult:
         llm = self.llm_steps
         return {
             "llm_calls": sum(s.calls for s in llm),
-            "prompt_tokens": sum(s.prompt_tokens for s in llm),
-            "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
-            "generated_tokens": sum(s.generated_tokens for s in llm),
-            "forced_tokens": sum(s.forced_tokens for s in llm),
+            **{name: sum(getattr(s, name) for s in llm) for name in TOKEN_COUNTS},
             "retrievals": sum(1 for s in self.trace if s.kind == StepKind.RETRIEVE),
             "hops": self.hops,
             "stop_reason": self.stop_reason,

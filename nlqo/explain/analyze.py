@@ -12,6 +12,7 @@ from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import NOT_ANSWERS, RunResult, Step, confidence_dict
 from nlqo.kinds import StepKind
 from nlqo.optimizer.plan import ROOT
+from nlqo.runtime.llm.base import TOKEN_COUNTS
 from nlqo.runtime.llm.confidence import Confidence
 
 
@@ -52,10 +53,7 @@ def node_actuals(steps: list[Step]) -> dict[str, Any]:
     return {
         "actual_ms": end - start,
         "llm_calls": sum(s.calls for s in llm),
-        "prompt_tokens": sum(s.prompt_tokens for s in llm),
-        "cached_prompt_tokens": sum(s.cached_prompt_tokens for s in llm),
-        "generated_tokens": sum(s.generated_tokens for s in llm),
-        "forced_tokens": sum(s.forced_tokens for s in llm),
+        **{name: sum(getattr(s, name) for s in llm) for name in TOKEN_COUNTS},
         "computed_prompt_tokens": sum(s.prompt_tokens - s.cached_prompt_tokens for s in llm),
         "passages": [{"id": p.id, "title": p.title, "score": p.score} for p in passages],
         "terminator_score": max(scores) if scores else None,

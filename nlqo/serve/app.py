@@ -129,9 +129,6 @@ def create_app(
             raise QuestionError(f"unknown strategy {given!r}; choose from {', '.join(strategies)}")
         return given
 
-    def timeout_of(given: float | None) -> float:
-        return min(given, service.timeout) if given is not None else service.timeout
-
     async def wait(request: Request, future, ticket: Ticket) -> Response:
         """The work's result, or the HTTP answer when the client leaves, time runs out or the service closes."""
         waiting = asyncio.wrap_future(future)
@@ -161,7 +158,7 @@ def create_app(
         checked(body.question)
         chosen = strategy_of(body.strategy)
         explain = None if body.explain is False else ("json" if body.explain is True else body.explain)
-        ticket = Ticket(timeout=timeout_of(body.timeout))
+        ticket = Ticket(timeout=service.timeout if body.timeout is None else min(body.timeout, service.timeout))
         if body.stream:
             return stream(service, replies, body.question, strategy=chosen, explain=explain, ticket=ticket)
         future = service.submit(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import bisect
 import collections
 import enum
+import itertools
 import threading
 import time
 
@@ -70,11 +71,7 @@ class Histogram:
 
     def cumulative(self) -> list[int]:
         """Observations at most each bound, the ``+Inf`` bucket last (Prometheus' ``le``)."""
-        out, running = [], 0
-        for n in self.counts:
-            running += n
-            out.append(running)
-        return out
+        return list(itertools.accumulate(self.counts))
 
 
 @attrs.define

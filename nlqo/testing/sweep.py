@@ -130,11 +130,6 @@ def _plans(query: Query, model: CostModel) -> Iterator:
     yield Optimizer(cost_model=model, rules=(), llm=CacheFiller()).optimize(query)  # one-way LLM relations
 
 
-def _similar() -> CostModel:
-    """The shipped default model (its similarity term, embedded by :class:`HashEmbedder`)."""
-    return load_cost_model("default")
-
-
 def _plan_checks(query: Query, model: CostModel) -> None:
     for p in _plans(query, model):
         check_plan(p, source=query)
@@ -151,7 +146,7 @@ def _with_similar(check: Callable[..., object]) -> Callable[[Query, CostModel], 
     def run(query: Query, model: CostModel) -> None:
         for p in _plans(query, model):
             check(model, p)
-        similar = _similar()
+        similar = load_cost_model("default")  # its similarity term embedded by HashEmbedder
         check(similar, plan(query, cost_model=similar, seed=0, embedder=HashEmbedder()), embedder=HashEmbedder())
 
     return run

@@ -244,6 +244,8 @@ def _numeric(cls: Any, fields: Mapping[str, Any]) -> Any:
             out[field.name] = (int if kind == "int" else float)(value)
         elif kind == "Mapping[str, float]":
             out[field.name] = {str(k): float(v) for k, v in value.items()}
+        elif kind in ("tuple[str, ...]", "tuple[float, ...]"):
+            out[field.name] = tuple(map(str if "str" in kind else float, value))
     return cls(**out)
 
 
@@ -418,25 +420,10 @@ class Calibration:
         True
         """
 
-        def logistic(m: Mapping[str, Any]) -> Logistic:
-            return Logistic(
-                inputs=tuple(map(str, m["inputs"])),
-                centres=tuple(map(float, m["centres"])),
-                scales=tuple(map(float, m["scales"])),
-                weights=tuple(map(float, m["weights"])),
-                intercept=float(m["intercept"]),
-                n=int(m["n"]),
-            )
-
         def operator(d: Mapping[str, Any]) -> OperatorCalibration:
-            model = d["model"]
-            return OperatorCalibration(
-                n=int(d["n"]),
-                em=float(d["em"]),
-                features={k: _numeric(Discrimination, v) for k, v in d["features"].items()},
-                best=d["best"],
-                model=None if model is None else logistic(model),
-            )
+            model = None if d["model"] is None else _numeric(Logistic, d["model"])
+            features = {k: _numeric(Discrimination, v) for k, v in d["features"].items()}
+            return _numeric(OperatorCalibration, {**d, "features": features, "model": model})
 
         plan = data.get("cascade")
         return cls(
@@ -444,14 +431,13 @@ class Calibration:
             escalation={op: tuple(_numeric(LowConfidence, r) for r in rows) for op, rows in data["escalation"].items()},
             cascade=None
             if plan is None
-            else CascadePlan(
-                feature=plan["feature"],
-                threshold=None if plan["threshold"] is None else float(plan["threshold"]),
-                target=plan["target"],
-                share=float(plan["share"]),
-                n=int(plan["n"]),
-                mixes={c: _numeric(Mix, m) for c, m in plan["mixes"].items()},
-                options=tuple(_numeric(Option, o) for o in plan.get("options", ())),
+            else _numeric(
+                CascadePlan,
+                {
+                    **plan,
+                    "mixes": {c: _numeric(Mix, m) for c, m in plan["mixes"].items()},
+                    "options": tuple(_numeric(Option, o) for o in plan.get("options", ())),
+                },
             ),
             n=int(data.get("n", 0)),
             method=str(data.get("method", METHOD)),

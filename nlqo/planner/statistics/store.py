@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 import attrs
 
+from nlqo.common.storage import replace_atomically
 from nlqo.errors import ConfigError
 from nlqo.planner.statistics.calibration import ALL, Calibration
 
@@ -168,9 +168,7 @@ def _check_shape(data: Mapping[str, Any]) -> None:
 def save(stats: Statistics, path: str | Path) -> Path:
     """Write ``stats`` atomically (a temporary file renamed over the old one)."""
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(stats.to_dict(), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    replace_atomically(path, json.dumps(stats.to_dict(), indent=2, sort_keys=True) + "\n")
     return path
 
 

@@ -66,6 +66,10 @@ def cache_identity(llm: Any) -> dict[str, Any]:
     return dict(llm.cache_identity()) if capabilities(llm).cache_identity else {}
 
 
+TOKEN_COUNTS = ("prompt_tokens", "cached_prompt_tokens", "generated_tokens", "forced_tokens")
+"""The token counts of a :class:`Usage` (and of a trace step), which add up over calls."""
+
+
 @attrs.frozen
 class Usage:
     """Token and time accounting of one call (or a sum of calls)."""
@@ -87,14 +91,7 @@ class Usage:
         return self.prompt_tokens - self.cached_prompt_tokens
 
     def __add__(self, other: "Usage") -> "Usage":
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            cached_prompt_tokens=self.cached_prompt_tokens + other.cached_prompt_tokens,
-            generated_tokens=self.generated_tokens + other.generated_tokens,
-            wall_ms=self.wall_ms + other.wall_ms,
-            calls=self.calls + other.calls,
-            forced_tokens=self.forced_tokens + other.forced_tokens,
-        )
+        return Usage(*(a + b for a, b in zip(attrs.astuple(self), attrs.astuple(other))))
 
 
 @attrs.frozen

@@ -9,11 +9,9 @@ evaluation; leave it off for timing runs (the caller decides by wrapping or not,
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import attrs
 
+from nlqo.common.storage import replace_atomically
 from nlqo.runtime.llm.base import (
     LLM,
     Capabilities,
@@ -225,17 +224,7 @@ class CachedLLM:
             entry["confidence"] = completion.confidence.to_dict()
             if completion.confidence.detail is not None:
                 entry["confidence_tokens"] = completion.confidence.detail.to_dict()
-        path = self.path_of(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:12]}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(entry, f, ensure_ascii=False)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        replace_atomically(self.path_of(key), json.dumps(entry, ensure_ascii=False), prefix=f".{key[:12]}.")
 
 
 def _confidence(entry: Mapping[str, Any]) -> Confidence | None:

@@ -130,6 +130,10 @@ def _number(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+FIGURES = ("mean_logprob", "min_logprob", "mean_entropy", "max_entropy", "first_margin")
+"""The figures of a :class:`Confidence` besides its token count."""
+
+
 @attrs.frozen
 class Confidence:
     """How sure the model was of a reply (or of a part of it): summaries of its chosen tokens.
@@ -209,11 +213,7 @@ class Confidence:
         """
         return {
             "tokens": self.tokens,
-            "mean_logprob": _number(self.mean_logprob),
-            "min_logprob": _number(self.min_logprob),
-            "mean_entropy": _number(self.mean_entropy),
-            "max_entropy": _number(self.max_entropy),
-            "first_margin": _number(self.first_margin),
+            **{name: _number(getattr(self, name)) for name in FIGURES},
             "basis": self.basis,
             "answer": None if self.answer is None else self.answer.to_dict(),
         }
@@ -227,17 +227,10 @@ class Confidence:
         True
         """
 
-        def number(key: str) -> float:
-            value = data.get(key)
-            return math.nan if value is None else float(value)
-
+        figures: dict[str, Any] = {k: math.nan if data.get(k) is None else float(data[k]) for k in FIGURES}
         return cls(
             tokens=int(data["tokens"]),
-            mean_logprob=number("mean_logprob"),
-            min_logprob=number("min_logprob"),
-            mean_entropy=number("mean_entropy"),
-            max_entropy=number("max_entropy"),
-            first_margin=number("first_margin"),
+            **figures,
             basis=str(data.get("basis", "logits")),
             answer=None if data.get("answer") is None else cls.from_dict(data["answer"]),
             detail=None if detail is None else TokenScores.from_dict(detail),
