@@ -175,12 +175,13 @@ STAT_OUT ?= benchmarks/results/statistics
 bench-statistics: $(addprefix statistics-,$(BENCH_SETS))
 
 # Issue 40's load test of `nlqo serve` (docs/serving.md): the first LOAD_LIMIT HotpotQA questions from
-# 1, 2, 4 and 8 clients, on the 135M model and on the default one; never beside another benchmark.
+# 1, 2, 4 and 8 clients, three runs each, on the 135M model and on the default one; never beside another benchmark.
 LOAD_LIMIT ?= 16
+LOAD_MODELS ?= smollm2-135m $(MODEL)
 LOAD_INDEX ?= $(STAT_OUT)/hotpotqa_dev_199/index
 load-serve: install-test $(VENV)/.model-$(MODEL)
 	[ -f $(LOAD_INDEX)/manifest.json ] || $(NLQO) index $(BENCH_DATA)/hotpotqa_dev_199_corpus.jsonl.gz --out $(LOAD_INDEX)
-	$(PY) benchmarks/bench_server.py --part load --load-models smollm2-135m $(MODEL) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
+	$(PY) benchmarks/bench_load.py --models $(LOAD_MODELS) --index $(LOAD_INDEX) --questions $(BENCH_DATA)/hotpotqa_dev_199.jsonl.gz --limit $(LOAD_LIMIT)
 
 # Issue 50's confidence measurements (docs/statistics.md): retrieve with the decoder's confidence on each set's
 # first CONF_LIMIT questions and linear on the first CONF_LINEAR, then the bundled calibration refitted on the

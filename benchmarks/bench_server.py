@@ -6,31 +6,22 @@ build it with scripts/build-llama-server.sh). Parts (``--part``), each described
 ``nlqo ask --strategy tree`` on a hand-written branching plan (``--ir``, so no parsing varies), parallel
 and ``--sequential``; ``wave``, 4 equal requests together and one by one, for three shapes; ``ceiling``
 (in-process only, issue 40): what batching can add when prefill is compute-bound. ``all`` is these three.
-``load`` (issue 40; ``make load-serve``, in-process): ``nlqo serve`` of each of ``--load-models`` on loopback,
-the questions sent once per level by that many client threads, every answer compared with the same
-question's ``nlqo ask --json`` in a process of its own (level 0: the baseline and the reference answers).
+``nlqo serve`` under load is benchmarks/bench_load.py.
 """
 
-import atexit
 import contextlib
-import functools
-import http.client
 import json
 import os
 import re
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from nlqo.eval.datasets import Question, QuestionSet
-from nlqo.eval.experiment import REPO, Block, Experiment, Option, free_port, load, load_average, main, run_nlqo, serving
+from nlqo.eval.experiment import REPO, Block, Experiment, Option, free_port, load_average, main, run_nlqo, serving
 from nlqo.runtime.llm.openai_compat import OpenAICompatLLM
 from nlqo.runtime.models import load_local
-from nlqo.serve.stats import percentile
 
 WORK = REPO / ".nlqo" / "bench-server"
 QUESTION = "Who was born first: Ada Lovelace, Charles Babbage, Marie Curie or Frederic Chopin?"
@@ -66,7 +57,6 @@ def serve(args, backend: str):
 
 
 def setup(args):
-    args.load = Load(args) if args.part == "load" else None
     server = Path(os.environ.get("LLAMA_SERVER", Path.home() / ".cache/nlqo/llama-server/bin/llama-server"))
     if args.slots and args.part in ("ask", "wave", "all") and not os.access(server, os.X_OK):
         raise SystemExit(f"{server} is not built: run scripts/build-llama-server.sh (llama-cpp-python's has one slot)")
@@ -141,99 +131,11 @@ def ceiling(llm, model: str, n: int = 4, tokens: int = 32) -> dict:
     }
 
 
-class Load:
-    """The run's questions, each model's reference answers and its ``nlqo serve`` (started once, stopped at exit)."""
-
-    def __init__(self, args):
-        self.args, self.questions = args, QuestionSet.load(args.questions, limit=args.limit).questions
-        baselines = [r for r in load(args.out)[0] if r["part"] == "load" and r["clients"] == 0]
-        self.answers = {r["model"]: r.get("answers") for r in baselines}
-        self.running = contextlib.ExitStack()
-        atexit.register(self.running.close)
-
-    @functools.cache
-    def server(self, model: str) -> tuple[str, int]:
-        """The address of ``model``'s ``nlqo serve``, started on a free loopback port on first use."""
-        a, port = self.args, free_port()
-        cmd = [*NLQO, "serve", "--index", str(a.index), "--model", model, "--port", str(port), "--queue", "64"]
-        health, log = f"http://127.0.0.1:{port}/v1/health", Path(tempfile.gettempdir()) / f"nlqo-serve-{model}.log"
-        self.running.enter_context(serving([*cmd, "--timeout", str(a.timeout)], health, log))
-        return "127.0.0.1", port
-
-
-def ask_once(load: Load, model: str, q: Question) -> tuple[str | None, str | None]:
-    """One question in its own ``nlqo ask --json`` process: (answer, error)."""
-    cmd = [*NLQO, "ask", q.question, "--index", str(load.args.index), "--model", model, "--json", "--quiet"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=load.args.timeout)
-    return (json.loads(done.stdout)["answer"], None) if done.returncode == 0 else (None, done.stderr[-300:])
-
-
-def post(load: Load, model: str, q: Question) -> tuple[str | None, str | None]:
-    """One question to the model's ``nlqo serve``: (answer, error)."""
-    conn = http.client.HTTPConnection(*load.server(model), timeout=load.args.timeout)
-    try:
-        conn.request("POST", "/v1/ask", json.dumps({"question": q.question}), {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        status, body = response.status, json.loads(response.read() or b"{}")
-    except OSError as exc:
-        return None, f"{type(exc).__name__}: {exc}"
-    finally:
-        conn.close()
-    return (body.get("answer"), None) if status == 200 else (None, f"{status}: {body.get('error', {}).get('message')}")
-
-
-def load_test(load: Load, case: dict, model: str) -> dict:
-    send = ask_once if case["clients"] == 0 else post
-
-    def timed(q):
-        started = time.monotonic()
-        return (q.id, *send(load, model, q), time.monotonic() - started)
-
-    started = time.monotonic()
-    with ThreadPoolExecutor(max(1, case["clients"])) as pool:
-        results = list(pool.map(timed, load.questions))
-    wall, n = time.monotonic() - started, len(results)
-    ranks = {f"p{q}_s": round(percentile([r[3] for r in results], q), 3) for q in (50, 95, 99)}
-    answered = [qid for qid, _, error, _ in results if error is None]
-    row = {"requests": n, "errors": n - len(answered), "wall_seconds": round(wall, 2)}
-    row |= {"throughput_per_s": round(n / wall, 4), **ranks}
-    if case["clients"] == 0:
-        load.answers[model] = {qid: answer for qid, answer, _, _ in results}
-        return {**row, "answers": load.answers[model]}
-    reference = load.answers[model]
-    different = [qid for qid, answer, error, _ in results if error is None and answer != reference[qid]]
-    row["lost"] = len({q.id for q in load.questions} - set(answered))
-    row["duplicated"] = len(answered) - len(set(answered))
-    return {**row, "different_from_single_process": different, "error_messages": sorted({r[2] for r in results if r[2]})[:5]}  # fmt: skip
-
-
-def load_table(records: list[dict], run: dict) -> str:
-    rows = [
-        "| model | clients | questions | errors | lost | duplicated | answers unlike `nlqo ask` | questions/s | vs 1 client | p50 s | p95 s | p99 s |",  # fmt: skip
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    base = {r["model"]: r["throughput_per_s"] for r in records if r["clients"] == 1}
-    for r in sorted(records, key=lambda r: (r["model"], r["clients"])):
-        tail = f"{r['throughput_per_s']:.3f} | {{}}| {r['p50_s']} | {r['p95_s']} | {r['p99_s']} |"
-        if r["clients"] == 0:
-            rows.append(f"| {r['model']} | `nlqo ask`, one process each | {r['requests']} | {r['errors']} | | | | " + tail.format(""))  # fmt: skip
-        else:
-            gain = f"{round(r['throughput_per_s'] / base[r['model']], 3)}x " if r["model"] in base else ""
-            counts = f"{r['requests']} | {r['errors']} | {r['lost']} | {r['duplicated']} | {len(r['different_from_single_process'])}"  # fmt: skip
-            rows.append(f"| {r['model']} | serve, {r['clients']} | {counts} | " + tail.format(gain))
-    return "\n".join(rows)
-
-
 def cases(args) -> list[dict]:
-    if args.part == "load":  # needs --index and --questions; the models' order alternates by level
-        models, levels = args.load_models, enumerate((0, *args.levels))
-        return [{"part": "load", "clients": n, "model": m} for i, n in levels for m in models[:: 1 - 2 * (i % 2)]]
     return [{"part": p} for p in ("ask", "wave", "ceiling") if args.part in (p, "all")]
 
 
 def measure(args, case: dict, backend: str) -> dict:
-    if case["part"] == "load":
-        return load_test(args.load, case, case["model"])
     with serve(args, backend) as model:
         if case["part"] == "ask":
             out = ask(args, model)
@@ -286,14 +188,13 @@ EXPERIMENT = Experiment(
     blocks=(
         Block("docs/backends.md", "server-benchmark", table),
         Block("docs/serving.md", "batching-ceiling", ceiling_table, part="ceiling"),
-        Block("docs/serving.md", "load-test", load_table, part="load"),
     ),
     cases=cases,
     configs=lambda args: (
         [IN_PROCESS] * args.in_process + [f"llama-server, {n} slot{'s' * (n > 1)}" for n in args.slots]
     ),
     config_field="backend",
-    applies=lambda case, backend: case["part"] not in ("ceiling", "load") or backend == IN_PROCESS,
+    applies=lambda case, backend: case["part"] != "ceiling" or backend == IN_PROCESS,
     setup=setup,
     measure=measure,
     options=(
@@ -302,13 +203,7 @@ EXPERIMENT = Experiment(
         Option.of("--slots", type=int, nargs="*", default=[4, 1], help="server slot counts (default: %(default)s)"),
         Option.of("--repeats", type=int, default=3),
         Option.of("--no-in-process", dest="in_process", action="store_false"),
-        Option.of("--part", choices=("ask", "wave", "ceiling", "all", "load"), default="all", help="all: not load"),
-        Option.of("--load-models", nargs="+", default=["smollm2-135m"], help="load: the models (default: %(default)s)"),
-        Option.of("--index", type=Path, help="load: the index `nlqo serve` and `nlqo ask` use"),
-        Option.of("--questions", type=Path, help="load: JSON Lines, optionally gzipped"),
-        Option.of("--limit", type=int, default=16, help="load: questions per level (default: %(default)s)"),
-        Option.of("--levels", type=int, nargs="+", default=[1, 2, 4, 8], help="load: concurrent clients"),
-        Option.of("--timeout", type=float, default=600.0, help="load: seconds for one request (default: %(default)s)"),
+        Option.of("--part", choices=("ask", "wave", "ceiling", "all"), default="all"),
     ),
 )
 
