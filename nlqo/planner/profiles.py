@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Any, Callable
 
@@ -37,6 +35,7 @@ import attrs
 
 from nlqo._version import __version__
 from nlqo.common.paths import cache_root
+from nlqo.common.machine import cpu_key, cpu_signature
 from nlqo.common.storage import replace_atomically
 from nlqo.execution.physical import BackendProfile
 from nlqo.planner.lower import measure_profile
@@ -44,17 +43,6 @@ from nlqo.runtime.llm.base import cache_identity
 
 LOCAL_RUNTIMES = ("llama-cpp", "transformers")
 """Runtimes whose costs depend only on the model, the threads and the machine."""
-
-
-def cpu_signature() -> str:
-    """The CPU as the kernel describes it (model name and instruction-set flags), and the core count."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    first = text.split("\n\n")[0]
-    lines = [ln for ln in first.splitlines() if ln.split(":")[0].strip() in ("model name", "flags", "Features")]
-    return f"{platform.machine()} cores={os.cpu_count()} " + "; ".join(sorted(lines))
 
 
 def profile_key(llm: Any, base: BackendProfile) -> dict[str, Any] | None:
@@ -65,7 +53,7 @@ def profile_key(llm: Any, base: BackendProfile) -> dict[str, Any] | None:
     return {
         "backend": identity,
         "threads": getattr(llm, "threads", None),
-        "cpu": hashlib.sha256(cpu_signature().encode()).hexdigest()[:16],
+        "cpu": cpu_key(cpu_signature()),
         "base": attrs.asdict(base),
         "nlqo": __version__,
     }

@@ -40,7 +40,6 @@ import hashlib
 import json
 import logging
 import os
-import platform
 import signal
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from typing import Any, Callable, Sequence
 
 import attrs
 
+from nlqo.common.machine import cpu_key, cpu_signature
 from nlqo.common.paths import cache_root
 from nlqo.common.storage import replace_atomically
 from nlqo.errors import ConfigError, ModelNotAvailable
@@ -166,7 +166,7 @@ def scores(files: Sequence[Path], *, root: Path | None = None) -> dict[str, int]
     stats = [p.stat() for p in files]
     key = {
         "libraries": [[str(p.resolve()), st.st_size, st.st_mtime_ns] for p, st in zip(files, stats)],
-        "cpu": hashlib.sha256(cpu_identity().encode()).hexdigest()[:16],
+        "cpu": cpu_key(cpu_signature()),
     }
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:24]
     path = (root or cache_root() / KEPT) / f"scores-{digest}.json"
@@ -252,18 +252,6 @@ def choose(found: Sequence[Variant], forced: str | None, probe: Callable[[Varian
 # --- probing, in a child process, kept ---------------------------------------------------------------
 
 
-def cpu_identity() -> str:
-    """The CPU as the kernel describes it (model name and flags) and the core count; a probe kept for
-    another CPU (a machine image moved to another host) is not reused."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        text = ""
-    first = text.split("\n\n")[0]
-    lines = [ln for ln in first.splitlines() if ln.split(":")[0].strip() in ("model name", "flags", "Features")]
-    return f"{platform.machine()} cores={os.cpu_count()} " + "; ".join(sorted(lines))
-
-
 def probe_key(variant: Variant, model: Path | None) -> dict[str, Any]:
     """What a kept probe must match: the library file, the CPU, the model file."""
     lib = variant.path.stat()
@@ -271,7 +259,7 @@ def probe_key(variant: Variant, model: Path | None) -> dict[str, Any]:
         "library": str(variant.path.resolve()),
         "size": lib.st_size,
         "mtime_ns": lib.st_mtime_ns,
-        "cpu": hashlib.sha256(cpu_identity().encode()).hexdigest()[:16],
+        "cpu": cpu_key(cpu_signature()),
         "model": None,
     }
     if model is not None:
