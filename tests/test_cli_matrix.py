@@ -259,8 +259,8 @@ def test_an_empty_answer_is_asked_again(files, monkeypatch, capsys):
 
     real = builder.load_model
 
-    def first_reply_empty(config):
-        return FirstEmpty(real(config))
+    def first_reply_empty(config, **options):
+        return FirstEmpty(real(config, **options))
 
     monkeypatch.setattr(builder, "load_model", first_reply_empty)
     assert main(["ask", ONE_FACT, *map(str, engine_args(files, "--ir", files["one"], "--json", "--quiet"))]) == 0

@@ -27,7 +27,7 @@ def test_the_model_loads_while_the_index_opens(monkeypatch):
     would wait in vain, and the embedder would never see the model's load under way."""
     index_opening, model_loading = threading.Event(), threading.Event()
 
-    def load_model(config):
+    def load_model(config, **options):
         model_loading.set()
         assert index_opening.wait(10), "the model loaded before the index opened, not beside it"
         return ScriptedLLM([])
@@ -48,7 +48,7 @@ def test_an_index_that_fails_raises_its_own_error_and_frees_the_model(monkeypatc
     loaded: list[ClosableLLM] = []
     done = threading.Event()
 
-    def load_model(config):
+    def load_model(config, **options):
         loaded.append(ClosableLLM([]))
         return loaded[-1]
 
@@ -67,7 +67,7 @@ def test_an_index_that_fails_raises_its_own_error_and_frees_the_model(monkeypatc
 
 
 def test_a_model_that_fails_to_load_raises_its_error(monkeypatch):
-    def load_model(config):
+    def load_model(config, **options):
         raise ConfigError("no model configured")
 
     monkeypatch.setattr(builder, "load_model", load_model)
@@ -76,3 +76,15 @@ def test_a_model_that_fails_to_load_raises_its_error(monkeypatch):
     )
     with pytest.raises(ConfigError, match="no model configured"):
         Engine.from_config(CONFIG)
+
+
+def test_a_quiet_engine_loads_its_model_without_progress_bars(monkeypatch):
+    """``nlqo ask -q`` builds the engine with progress=False: the model's verification bar stays off too."""
+    given: list[dict] = []
+    monkeypatch.setattr(builder, "load_model", lambda config, **options: given.append(options) or ScriptedLLM([]))
+    monkeypatch.setattr(
+        builder, "open_retrieval", lambda config, embedder=None: (KeywordRetriever(PASSAGES), HashEmbedder())
+    )
+    Engine.from_config(CONFIG, progress=False)
+    Engine.from_config(CONFIG, progress=True)
+    assert given == [{"progress": False}, {"progress": True}]

@@ -28,11 +28,14 @@ if TYPE_CHECKING:
     from nlqo.common.passages import Embedder, Retriever
 
 
-def load_model(config: EngineConfig) -> "LLM":
-    """The LLM ``config`` names (the only call of :func:`nlqo.runtime.llm.backends.load_llm`)."""
+def load_model(config: EngineConfig, *, progress: bool = True) -> "LLM":
+    """The LLM ``config`` names (the only call of :func:`nlqo.runtime.llm.backends.load_llm`); ``progress``
+    shows a local model's first verification as a bar."""
     if config.model is None:
         raise ConfigError("no model configured (EngineConfig.model is None)")
-    return load_llm(config.model, runtime=config.runtime, quantize=config.quantize, threads=config.threads)
+    return load_llm(
+        config.model, runtime=config.runtime, quantize=config.quantize, threads=config.threads, progress=progress
+    )
 
 
 def load_cost(config: EngineConfig) -> "CostModel":

@@ -107,7 +107,7 @@ class Engine:
         if llm is None:  # in a thread, beside the embedder's load: llama.cpp loads without holding the GIL
             say(f"loading {config.model} ...")
             loader = ThreadPoolExecutor(1, thread_name_prefix="nlqo-load")
-            loading = loader.submit(builder.load_model, config)
+            loading = loader.submit(builder.load_model, config, progress=progress)
             loader.shutdown(wait=False)
         try:
             if retriever is None:

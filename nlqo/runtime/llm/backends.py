@@ -50,12 +50,17 @@ def backends() -> dict[str, Loader]:
 
 
 def load_llm(
-    name: str, *, runtime: str = default("runtime"), quantize: str = default("quantize"), threads: int | None = None
+    name: str,
+    *,
+    runtime: str = default("runtime"),
+    quantize: str = default("quantize"),
+    threads: int | None = None,
+    progress: bool = True,
 ) -> LLM:
     """A backend by model name: ``SCHEME:SPEC`` of a registered backend, else a local model.
 
     ``runtime``, ``quantize`` and ``threads`` apply to local models; a registered backend gets
-    them too and may ignore them.
+    them too and may ignore them. ``progress`` (local models) shows verification and loading bars.
     """
     scheme, sep, spec = name.partition(":")
     if sep and scheme and "/" not in scheme:
@@ -66,15 +71,15 @@ def load_llm(
             raise ConfigError(
                 f"no backend {scheme!r} for model {name!r} (installed backends: {', '.join(sorted(registered))})"
             )
-    return _local(name, runtime=runtime, quantize=quantize, threads=threads)
+    return _local(name, runtime=runtime, quantize=quantize, threads=threads, progress=progress)
 
 
-def _local(name: str, *, runtime: str, quantize: str, threads: int | None) -> LLM:
+def _local(name: str, *, runtime: str, quantize: str, threads: int | None, progress: bool = True) -> LLM:
     """A local model on the runtime ``runtime`` asks for (:func:`nlqo.runtime.models.load_local`)."""
     from nlqo.runtime.models import load_local
 
     need("transformers", "llm")
-    return load_local(name, runtime=runtime, quantize=quantize, threads=threads)
+    return load_local(name, runtime=runtime, quantize=quantize, threads=threads, progress=progress)
 
 
 def runtime_of(llm: Any) -> str:
