@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import attrs
 
@@ -149,6 +149,15 @@ class Trace:
             return tuple(self.steps)
 
 
+def token_totals(steps: Iterable[Step]) -> dict[str, int]:
+    """The LLM calls and each token count (:data:`~nlqo.runtime.llm.base.TOKEN_COUNTS`) of ``steps``' LLM steps."""
+    llm = [s for s in steps if s.kind == StepKind.LLM]
+    return {
+        "llm_calls": sum(s.calls for s in llm),
+        **{name: sum(getattr(s, name) for s in llm) for name in TOKEN_COUNTS},
+    }
+
+
 def progress_line(step: Step) -> str | None:
     """The progress line of one trace step, or None for a step that prints none; total over every
     step a trace can hold (a stop step may carry no terminator score, an LLM step no text).
@@ -230,10 +239,8 @@ class RunResult:
         return step.confidence.with_answer(step.text, self.answer)
 
     def stats(self) -> dict[str, Any]:
-        llm = self.llm_steps
         return {
-            "llm_calls": sum(s.calls for s in llm),
-            **{name: sum(getattr(s, name) for s in llm) for name in TOKEN_COUNTS},
+            **token_totals(self.trace),
             "retrievals": sum(1 for s in self.trace if s.kind == StepKind.RETRIEVE),
             "hops": self.hops,
             "stop_reason": self.stop_reason,

@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from nlqo.errors import NlqoError, ParseFailure
-from nlqo.execution.trace import RunResult, Step, Trace, confidence_dict, progress_line
+from nlqo.execution.trace import RunResult, Step, Trace, confidence_dict, progress_line, token_totals
 from nlqo.runtime.llm.cancel import cancel_scope
 from nlqo.serve.stats import Outcome, ServiceStats
 from nlqo.serve.ticket import Cancelled, Ticket, TimedOut
@@ -138,7 +138,7 @@ class Service:
                 self._admitted -= 1
             tokens = body.get("stats") if isinstance(body, dict) else None
             if tokens is None:  # no answer: the generations it finished still cost their tokens
-                tokens = RunResult("", "", "", trace=tuple(ticket.steps)).stats()
+                tokens = token_totals(ticket.steps)
             self.stats.finished(
                 endpoint,
                 outcome,
