@@ -197,6 +197,20 @@ bench-confidence: install $(VENV)/.model-$(MODEL)
 		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve --limit $(CONF_LIMIT) || exit 1; done
 	$(PY) scripts/confidence.py --bundle
 
+# Issue 50's out-of-the-box check (docs/statistics.md): auto with the bundled statistics on each set's
+# held-back questions (after the calibration sample's first 50), interleaved with iter-retgen so their
+# seconds compare, and with standard-rag on StrategyQA (the benchmark of record has the other sets').
+# Grown a stage at a time over every set, so a stopped run has all sets on the same questions; resumable.
+HELDOUT_SETS ?= strategyqa_229 $(BENCH_SETS)
+HELDOUT_STAGES ?= 75 100 150 200
+HELDOUT_OUT ?= benchmarks/results/auto-heldout
+auto-heldout: install $(VENV)/.model-$(MODEL)
+	for n in $(HELDOUT_STAGES); do for s in $(HELDOUT_SETS); do \
+		$(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz --skip $(STAT_SAMPLE) \
+			--limit $$n --out $(HELDOUT_OUT)/$$s --model $(MODEL) \
+			--strategies auto,iter-retgen$$([ $$s = strategyqa_229 ] && echo ,standard-rag) || exit 1; \
+	done; done
+
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index
 	$(NLQO) analyze --index $(STAT_OUT)/$*/index --questions $(BENCH_DATA)/$*.jsonl.gz --sample $(STAT_SAMPLE) --model $(MODEL) --records $(STAT_OUT)/$*/analyze --out $(STAT_OUT)/$*/statistics.json
