@@ -286,6 +286,14 @@ class EngineConfig:
         "generation)",
         Flag(("--no-kv-reuse",), "negate", ablation=True),
     )
+    stable_rounds: bool = _setting(
+        False,
+        "execute",
+        "iterate and the cascade's iterate: list the passages the round before also had first, in its order, so a "
+        "round's prompt extends the cached prefix; a round that retrieves the same passages ends the rounds (later "
+        "ones would repeat its answer). Off lists each round's passages by rank",
+        Flag(("--stable-rounds",), "switch", ablation=True),
+    )
     plan_hints: bool = _setting(
         True,
         "execute",

@@ -72,6 +72,9 @@ class StopReason(_Word):
     """The model gave its answer."""
     MAX_ROUNDS = "max_rounds"
     """A round-based strategy reached its round cap."""
+    FIXED_POINT = "fixed_point"
+    """Iterate's round retrieved the passages of the round before (``stable_rounds``): every later
+    round would repeat its answer."""
     EMPTY = "empty"
     """The model generated nothing to continue with."""
     MAX_HOPS = "max_hops"

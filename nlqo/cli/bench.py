@@ -24,6 +24,7 @@ ABLATIONS = (
     "relation_cache",
     "parallel",
     "kv_reuse",
+    "stable_rounds",
     "ir_cleanup",
     "plan_hints",
     "guard_rewrites",

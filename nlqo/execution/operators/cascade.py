@@ -173,8 +173,9 @@ def run_target(
     """Run the escalation's operator as ``nlqo analyze`` measured it, forced (iterate continuing from
     the first round, which is its own first round), with the signals only it has."""
     if target == Operator.ITERATE:
-        rounds = more_rounds(context, question, trace, first, rounds=ROUNDS)
-        done = result(question, rounds, trace, strategy, started, StopReason.MAX_ROUNDS)
+        rounds = more_rounds(context, question, trace, first, rounds=ROUNDS, stable=context.config.stable_rounds)
+        reason = StopReason.FIXED_POINT if rounds.repeated else StopReason.MAX_ROUNDS
+        done = result(question, rounds, trace, strategy, started, reason)
         return done, {AGREE: len(set(rounds.answers)) == 1}
     planned = context.prepare(question, strategy=target, trace=trace)
     return context.run_planned(question, planned, target, trace), {}
@@ -187,7 +188,7 @@ def by_support(context, question: str, first: Rounds, trace: Trace, strategy: st
         decide(trace, f"retrieve's answer: {verdict.reason}; stop")
         return result(question, first, trace, strategy, started, StopReason.CASCADE_RETRIEVE)
     decide(trace, f"retrieve's answer: {verdict.reason}; iterate")
-    rounds = more_rounds(context, question, trace, first, rounds=ROUNDS)
+    rounds = more_rounds(context, question, trace, first, rounds=ROUNDS, stable=context.config.stable_rounds)
     verdict = support(rounds.answers[-1], question, passage_texts(trace))
     agree = len(set(rounds.answers)) == 1
     if verdict.supported and agree:
