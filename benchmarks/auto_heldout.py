@@ -1,0 +1,209 @@
+"""Issue 50's out-of-the-box check: `auto` with the bundled statistics on each set's held-back questions.
+
+Reads `make auto-heldout`'s records (benchmarks/results/auto-heldout/SET: auto and iter-retgen in one
+run, interleaved, and standard-rag where the benchmark of record has none) and, for standard-rag on
+the other sets, the benchmark of record's answers to the same questions (benchmarks/results/runs).
+Runs no model. Writes two blocks of docs/statistics.md:
+
+- `auto-heldout`: per set, EM with Wilson intervals, auto minus the better of standard-rag and
+  iter-retgen with a paired bootstrap interval, auto's seconds over iter-retgen's in the same run,
+  what auto ran (how many escalated, how many were parsed and planned);
+- `auto-heldout-auroc`: the AUROC of each confidence feature, and of the bundled calibration's
+  P(right) (its best feature with the support signal, fitted on the first 50 questions of each
+  set), for retrieve's and iterate's answers on the held-back questions. Retrieve's answers are the
+  in-run standard-rag's where there is one, else the cascade's first round inside auto's records
+  (questions auto sent to the cascade: not the choice questions, which go to the template); a
+  first round the cascade escalated carries its reply's confidence only, so its `answer.*`
+  features are the reply's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from nlqo.common.docblocks import write_block
+from nlqo.eval.collect import calibration_row, operator_name
+from nlqo.eval.datasets import Question
+from nlqo.eval.metrics import bootstrap_diff, score, wilson_interval
+from nlqo.eval.records import operator_of, read_records
+from nlqo.execution.answers import short_answer
+from nlqo.execution.operators.support import SUPPORTED
+from nlqo.planner.statistics.calibration import FEATURES, auroc, auroc_interval, feature
+from nlqo.planner.statistics.store import BUNDLED, load
+
+HELDOUT = Path("benchmarks/results/auto-heldout")
+RECORD = Path("benchmarks/results/runs")
+DATA = Path("../shared/data")
+SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200", "strategyqa_229")
+P_RIGHT = "P(right)"
+SEED = 20261207
+
+
+def texts_of(dataset: str) -> dict[str, str]:
+    with gzip.open(DATA / f"{dataset}_corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        return {p["id"]: p["text"] for p in map(json.loads, fh)}
+
+
+def by_strategy(path: Path) -> dict[str, dict[str, dict]]:
+    out: dict[str, dict[str, dict]] = defaultdict(dict)
+    if path.is_file():
+        for r in read_records(path, repair=False):
+            out[r["strategy"]][r["qid"]] = r
+    return out
+
+
+def first_round(auto: dict) -> dict | None:
+    """Retrieve's answer inside an auto record that ran the cascade, as a standard-rag record."""
+    steps = auto.get("trace") or []
+    round1 = [s for s in steps if s.get("node") == "round-1"]
+    llm = [s for s in round1 if s.get("kind") == "llm"]
+    if operator_of(auto) != "cascade" or not llm:
+        return None
+    answer = short_answer(llm[0].get("text") or "", auto["question"])
+    kept_first = not any(s.get("node") != "round-1" and s.get("kind") == "llm" for s in steps)
+    confidence = auto["confidence"] if kept_first else llm[0].get("confidence")
+    yes_no = Question(auto["qid"], auto["question"], tuple(auto["answers"])).is_yes_no
+    em = score(answer, auto["answers"], yes_no_question=yes_no).em
+    return {**auto, "strategy": "standard-rag", "answer": answer, "em": em, "confidence": confidence, "trace": round1}
+
+
+def planned(record: dict) -> bool:
+    """Whether the question was parsed (and so planned) on the way to its answer."""
+    return any(s.get("node") == "parse" or s.get("kind") == "parse" for s in record.get("trace") or [])
+
+
+def measure(dataset: str) -> dict | None:
+    run = by_strategy(HELDOUT / dataset / "records.jsonl")
+    if not run.get("auto"):
+        return None
+    standard = run.get("standard-rag") or by_strategy(RECORD / dataset / "records.jsonl").get("standard-rag", {})
+    qids = sorted(
+        (q for q in run["auto"] if q in run.get("iter-retgen", {}) and q in standard),
+        key=lambda q: run["auto"][q]["index"],
+    )
+    auto = [run["auto"][q] for q in qids]
+    rows = {
+        "auto": auto,
+        "standard-rag": [standard[q] for q in qids],
+        "iter-retgen": [run["iter-retgen"][q] for q in qids],
+    }
+    em = {k: sum(r["em"] for r in v) for k, v in rows.items()}
+    better = max(("standard-rag", "iter-retgen"), key=lambda k: em[k])
+    gain = bootstrap_diff([r["em"] for r in auto], [r["em"] for r in rows[better]], resamples=10000, seed=SEED)
+    seconds = {k: sum(r["seconds"] for r in v) / max(len(v), 1) for k, v in rows.items()}
+    retrieve = [r for q in qids if (r := (standard[q] if "standard-rag" in run else first_round(run["auto"][q])))]
+    skip = json.loads((HELDOUT / dataset / "run.json").read_text(encoding="utf-8")).get("skip", 0)
+    return {
+        "set": dataset,
+        "n": len(qids),
+        "first": skip + min((r["index"] for r in auto), default=0),  # a record's index counts from --skip
+        "last": skip + max((r["index"] for r in auto), default=0),
+        "em": em,
+        "better": better,
+        "gain": gain,
+        "seconds": seconds,
+        "standard_in_run": "standard-rag" in run,
+        "escalated": sum("escalated" in r["stop_reason"] or "kept first" in r["stop_reason"] for r in auto),
+        "planned": sum(planned(r) for r in auto),
+        "chosen": Counter(operator_of(r) or "?" for r in auto).most_common(),
+        "retrieve": retrieve,
+        "iterate": rows["iter-retgen"],
+    }
+
+
+def outcome_table(results: list[dict]) -> str:
+    out = [
+        "| set | questions | auto EM % [95%] | standard-rag | iter-retgen | auto minus the better, points [paired 95%] "
+        "| auto s | iter-retgen s (same run) | ratio | escalated | parsed and planned | auto ran |",
+        "|---|---|---|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        n = r["n"]
+        cell = {k: _em_cell(hits, n) for k, hits in r["em"].items()}
+        g = r["gain"]
+        std = cell["standard-rag"] + ("" if r["standard_in_run"] else " (record)")
+        ratio = r["seconds"]["auto"] / r["seconds"]["iter-retgen"]
+        chosen = ", ".join(f"{k} {v}" for k, v in r["chosen"])
+        out.append(
+            f"| {r['set']} | {r['first']}-{r['last']} ({n}) | {cell['auto']} | {std} | {cell['iter-retgen']} "
+            f"| {100 * g.mean:+.1f} [{100 * g.low:+.1f}, {100 * g.high:+.1f}] vs {r['better']} "
+            f"| {r['seconds']['auto']:.1f} | {r['seconds']['iter-retgen']:.1f} | {ratio:.2f} "
+            f"| {r['escalated']} | {r['planned']} | {chosen} |"
+        )
+    return "\n".join(out)
+
+
+def _em_cell(hits: float, n: int) -> str:
+    lo, hi = wilson_interval(hits, n)
+    return f"{100 * hits / n:.1f} [{100 * lo:.0f}, {100 * hi:.0f}]"
+
+
+def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
+    stats = load(BUNDLED, bundled=True)
+    cal = stats.calibration
+    columns = (*FEATURES, SUPPORTED, P_RIGHT)
+    out = [
+        "AUROC for exact match on the held-back questions of the table above, 95% interval by stratified "
+        f"bootstrap; n = answers (right ones). `{P_RIGHT}`: the bundled calibration's probability (its "
+        "best feature and the support signal, fitted on each set's first 50 questions).",
+        "",
+        "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
+        "|---|---|---|" + "---:|" * len(columns),
+    ]
+    pooled: dict[str, list] = defaultdict(list)
+    for r in results:
+        for op in ("retrieve", "iterate"):
+            rows = [calibration_row(x, texts[r["set"]].get) for x in r[op]]
+            rows = [
+                (row, operator_name({"strategy": "standard-rag" if op == "retrieve" else "iter-retgen"}))
+                for row in rows
+            ]
+            pooled[op] += rows
+            out.append(_row(r["set"], op, rows, cal, columns))
+    out += [_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
+    return "\n".join(out)
+
+
+def _row(name: str, op: str, rows: list, cal, columns) -> str:
+    cells = []
+    for c in columns:
+        pairs = []
+        for row, operator in rows:
+            if c == SUPPORTED:
+                v = float(row.signals[SUPPORTED]) if SUPPORTED in row.signals else None
+            elif c == P_RIGHT:
+                mapping = None if cal is None else cal.operators.get(operator)
+                v = None if mapping is None else mapping.probability(row.confidence, row.signals)
+            else:
+                v = feature(row.confidence, c)
+            if v is not None:
+                pairs.append((v, row.right))
+        value = auroc([v for v, _ in pairs], [y for _, y in pairs])
+        if value is None:
+            cells.append("-")
+            continue
+        lo, hi = auroc_interval([v for v, _ in pairs], [y for _, y in pairs])
+        cells.append(f"{value:.2f} [{lo:.2f}, {hi:.2f}]")
+    right = sum(row.right for row, _ in rows)
+    return f"| {name} | {op} | {len(rows)} ({right}) | " + " | ".join(cells) + " |"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--docs", type=Path, default=Path("docs/statistics.md"))
+    args = parser.parse_args()
+    results = [r for s in SETS if (r := measure(s))]
+    texts = {r["set"]: texts_of(r["set"]) for r in results}
+    outcome, aurocs = outcome_table(results), auroc_table(results, texts)
+    print(outcome, aurocs, sep="\n\n")
+    write_block(args.docs, "auto-heldout", outcome)
+    write_block(args.docs, "auto-heldout-auroc", aurocs)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
