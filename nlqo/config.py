@@ -79,6 +79,18 @@ def _setting(
     return attrs.field(default=default, validator=validator, converter=converter, metadata=metadata)
 
 
+def sentence_count(value: Any) -> int:
+    """A count of sentences: a whole number >= 0 (``compress``).
+
+    >>> sentence_count("2"), sentence_count(0)
+    (2, 0)
+    """
+    text = str(value).strip()
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()):
+        raise ValueError(f"compress must be a whole number of sentences >= 0, not {value!r}")
+    return int(text)
+
+
 def _params(value: Mapping[str, float] | tuple[tuple[str, float], ...]) -> tuple[tuple[str, float], ...]:
     items = value.items() if isinstance(value, Mapping) else value
     return tuple(sorted((str(k), float(v)) for k, v in items))
@@ -142,6 +154,14 @@ class EngineConfig:
         choices=RETRIEVAL_MODES,
     )
     k: int = _setting(3, "retrieve", "passages retrieved per step", Flag(("-k", "--k")))
+    compress: int = _setting(
+        0,
+        "retrieve",
+        "sentences kept of each retrieved passage, those matching the step's query best by the embedder and BM25, "
+        "in their order (0: whole passages; nlqo.index.compress)",
+        Flag(("--compress",), metavar="N", ablation=True),
+        converter=sentence_count,
+    )
     embedder: str | None = _setting(
         None,
         "retrieve",

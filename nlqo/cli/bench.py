@@ -25,6 +25,7 @@ ABLATIONS = (
     "parallel",
     "kv_reuse",
     "stable_rounds",
+    "compress",
     "ir_cleanup",
     "plan_hints",
     "guard_rewrites",

@@ -17,7 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from nlqo.config import STRATEGIES as PLANNED, EngineConfig, default
+from nlqo.config import STRATEGIES as PLANNED, EngineConfig, sentence_count, default
 from nlqo.errors import ConfigError
 from nlqo.execution.trace import RunResult, Trace
 from nlqo.kinds import AUTO, Operator
@@ -135,6 +135,7 @@ def build_strategy(
     full = spec_name(base, options)
     if base in BASELINES:
         cls = BASELINES[base]
+        retriever = _compressing(retriever, embedder, options.pop("compress", 0))
         allowed = {a.name for a in attrs.fields(cls)} - {"llm", "retriever", "k"}
         unknown = sorted(set(options) - allowed)
         if unknown:
@@ -151,6 +152,21 @@ def build_strategy(
     else:
         raise ConfigError(f"unknown strategy {base!r} (choose from {', '.join(STRATEGIES)})")
     return strategy if full == base else Named(full, strategy)
+
+
+def _compressing(retriever: Retriever, embedder: Embedder | None, keep: Any) -> Retriever:
+    """A baseline's retriever with its passages compressed to ``keep`` sentences (its ``compress`` option)."""
+    from nlqo.index.compress import compressing
+
+    try:
+        keep = sentence_count(keep)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    if not keep:
+        return retriever
+    if embedder is None:
+        raise ConfigError("compress needs an embedder: the index's")
+    return compressing(retriever, embedder, keep)
 
 
 def build_strategies(specs, llm, index, *, retrieval: str, k: int, config) -> dict:

@@ -121,6 +121,8 @@ def engine_identity(config: EngineConfig) -> dict:
     """What statistics must have been measured on to serve this config: model, runtime, k,
     retrieval mode and, when the config names an index, its embedder and digest."""
     identity: dict = {"model": config.model, "runtime": config.runtime, "k": config.k, "retrieval": config.retrieval}
+    if config.compress:  # statistics of whole passages do not describe compressed ones
+        identity["compress"] = config.compress
     if config.index is not None:
         from nlqo.index.manifest import Manifest
         from nlqo.planner.statistics.store import index_digest

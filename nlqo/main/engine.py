@@ -92,6 +92,7 @@ class Engine:
     ) -> "Engine":
         """The engine ``config`` describes, its parts loaded by :mod:`nlqo.main.builder`; parts passed in
         are used instead of loading them; ``progress`` says each load on standard error."""
+        from nlqo.index.compress import compressing
         from nlqo.main import builder
         from nlqo.planner.profiles import cached_profile
         from nlqo.runtime.llm.backends import runtime_of
@@ -120,6 +121,7 @@ class Engine:
             if loading is not None:  # the model is not wanted: freed once loaded
                 loading.add_done_callback(lambda done: None if done.exception() else close_part(done.result()))
             raise
+        retriever = compressing(retriever, embedder, config.compress)
         if loading is not None:
             llm = loading.result()  # raises the load's error, if it failed
             owned.append(llm)
