@@ -45,7 +45,7 @@ def measure(args, case: dict, model: str) -> dict:
 
 def table(rows: list[dict], run: dict) -> str:
     out = [
-        f"Measured {run['started'][:10]} on {run['processor']}, {run['cpus']} cores (load average {run['load_average'][0]:.1f} "
+        f"Measured {run['started'][:10]} on {run.get('cpu', run['processor'])}, {run['cpus']} cores (load average {run['load_average'][0]:.1f} "
         f"at the start), medians of {run['repeat']} warm calls, each a new process (`python benchmarks/bench_ask_wall.py`). "
         "Execution = planning + execution as `nlqo ask` reports them; fixed = wall - execution (start-up, imports, "
         "loads, exit).",

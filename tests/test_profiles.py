@@ -68,3 +68,26 @@ def test_a_damaged_or_unmeasured_profile_is_measured_again(tmp_path):
     kept.unlink()
     assert cached_profile(Backend(LLAMA), BackendProfile(), root=tmp_path, measure=assumed) == (BackendProfile(), False)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_runs_machine_names_the_cpu_and_the_instruction_sets_that_decide_its_kernels(monkeypatch, tmp_path):
+    from nlqo.common import machine as m
+    from nlqo.eval.host import machine
+
+    cpuinfo = (
+        "processor\t: 0\nmodel name\t: Some CPU 9000\nflags\t\t: fpu sse2 avx avx2 fma avx512f avx512_vnni amx_int8 ht\n\n"
+        "processor\t: 1\nmodel name\t: Some CPU 9000\nflags\t\t: fpu\n"
+    )
+    real = m.Path
+
+    def fake(path, *rest):
+        return tmp_path / "cpuinfo" if str(path) == "/proc/cpuinfo" else real(path, *rest)
+
+    (tmp_path / "cpuinfo").write_text(cpuinfo)
+    monkeypatch.setattr(m, "Path", fake)
+    described = machine()
+    assert described["cpu"] == "Some CPU 9000"
+    assert described["cpu_flags"] == ["amx_int8", "avx", "avx2", "avx512_vnni", "avx512f", "fma"]
+    assert (
+        "flags\t\t: fpu sse2 avx avx2 fma avx512f avx512_vnni amx_int8 ht" in m.cpu_signature()
+    )  # the key's text as before

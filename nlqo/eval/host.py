@@ -9,6 +9,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from nlqo.common.machine import cpu_description
+
 
 def now() -> str:
     """The time in UTC, to the second, as ISO 8601."""
@@ -30,6 +32,7 @@ def machine() -> dict[str, Any]:
     return {
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
+        **cpu_description(),
         "cpus": os.cpu_count(),
         "memory_gib": None if memory is None else round(memory, 1),
         "python": platform.python_version(),
