@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from realmodels import load_or_skip
+from tiny_model import tiny_transformers_llm
 import torch
 
 from nlqo.runtime.llm.base import LLM, ChatMessage
@@ -235,28 +236,7 @@ def test_one_model_serves_a_thread_pool(fresh):
 
 @pytest.fixture(scope="module")
 def tiny():
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from nlqo.runtime.llm.local import TransformersLLM
-
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return TransformersLLM(LlamaForCausalLM(config).eval(), tokenizer, name="tiny")
+    return tiny_transformers_llm()
 
 
 def test_tiny_session_steps_equal_plain_and_transformers_generation(tiny):

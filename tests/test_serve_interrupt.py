@@ -16,6 +16,7 @@ import pytest
 from nlqo.runtime.llm.base import ChatMessage
 from nlqo.runtime.llm.cancel import cancel_scope, check_cancelled, current
 from nlqo.serve.ticket import Cancelled, TimedOut
+from tiny_model import tiny_transformers_llm
 
 LONG = " ".join(f"word{i}" for i in range(300))
 """A long reply: the answer prompt of the ``retrieve`` operator cuts it at 32 words (tokens)."""
@@ -172,29 +173,8 @@ def test_the_scripted_double_stops_at_the_word_whose_check_raises():
 
 @pytest.fixture(scope="module")
 def tiny():
-    torch = pytest.importorskip("torch")
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
-    from nlqo.runtime.llm.local import TransformersLLM
-
-    words = ["<unk>", "<s>", "</s>"] + [f"w{i}" for i in range(61)]
-    backend = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>", bos_token="<s>", eos_token="</s>")
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=len(words),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    return TransformersLLM(LlamaForCausalLM(config).eval(), tokenizer, name="tiny")
+    pytest.importorskip("torch")
+    return tiny_transformers_llm()
 
 
 def test_the_transformers_loop_stops_mid_generation_and_a_session_keeps_what_it_had(tiny):
