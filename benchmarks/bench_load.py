@@ -24,6 +24,7 @@ from pathlib import Path
 from nlqo.config import DEFAULT_MODEL
 from nlqo.eval.datasets import Question, QuestionSet
 from nlqo.eval.experiment import Block, Experiment, Option, free_port, load, main, serving
+from nlqo.eval.metrics import t_interval
 from nlqo.serve.stats import percentile
 
 NLQO = [sys.executable, "-m", "nlqo"]
@@ -110,21 +111,16 @@ def load_test(load: Load, case: dict, model: str) -> dict:
     return {**row, "different_from_single_process": different, "error_messages": sorted({r[2] for r in results if r[2]})[:5]}  # fmt: skip
 
 
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-"""Student's t, 97.5th percentile, by degrees of freedom (a 95% interval of a mean of up to 10 runs)."""
-
-
 def mean_interval(values: list[float]) -> str:
     """``mean [low, high]``: the mean of the runs and its 95% t-interval (the mean alone for one run).
 
     >>> mean_interval([1.0, 2.0, 3.0]), mean_interval([0.25])
     ('2.000 [-0.484, 4.484]', '0.250')
     """
-    mean = statistics.fmean(values)
     if len(values) < 2:
-        return f"{mean:.3f}"
-    half = T_975.get(len(values) - 1, 1.96) * statistics.stdev(values) / len(values) ** 0.5
-    return f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]"
+        return f"{statistics.fmean(values):.3f}"
+    t = t_interval(values)
+    return f"{t.mean:.3f} [{t.low:.3f}, {t.high:.3f}]"
 
 
 def load_table(records: list[dict], run: dict) -> str:
