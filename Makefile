@@ -197,6 +197,17 @@ bench-confidence: install $(VENV)/.model-$(MODEL)
 		--out $(CONF_OUT)/$$s --model $(MODEL) --strategies retrieve --limit $(CONF_LIMIT) || exit 1; done
 	$(PY) scripts/confidence.py --bundle
 
+# Issue 54's side-by-side run (docs/models.md, "Seconds per answer"): today's configuration against the
+# reuse and compression settings, interleaved in one run per set on its first SECONDS_LIMIT questions;
+# python benchmarks/seconds_report.py writes the table. Hours of CPU for the whole of it; resumable.
+SECONDS_SETS ?= $(BENCH_SETS)
+SECONDS_LIMIT ?= 100
+SECONDS_STRATEGIES ?= standard-rag,standard-rag[compress=2],iter-retgen,iterate[stable_rounds=on],iterate[stable_rounds=on,compress=2]
+SECONDS_OUT ?= benchmarks/results/seconds
+bench-seconds: install $(VENV)/.model-$(MODEL)
+	for s in $(SECONDS_SETS); do $(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz \
+		--out $(SECONDS_OUT)/$$s --model $(MODEL) --limit $(SECONDS_LIMIT) --strategies '$(SECONDS_STRATEGIES)' || exit 1; done
+
 # Issue 50's out-of-the-box check (docs/statistics.md): auto with the bundled statistics on each set's
 # held-back questions (after the calibration sample's first 50), interleaved with iter-retgen so their
 # seconds compare, and with standard-rag on StrategyQA (the benchmark of record has the other sets').
