@@ -66,12 +66,13 @@ clean-venv:
 
 # The benchmark docs/benchmarks.md reports (issue 17), on the default model and runtime (llama.cpp,
 # the GGUF weights as they are): the five strategies the claims rest on on 200 questions of each
-# shared dev set (HotpotQA has 199), and the other baselines on the first 100 (bench-baselines-*).
+# shared dev set (HotpotQA has 199; StrategyQA's yes/no questions joined for issue 50), and the other
+# baselines on the first 100 (bench-baselines-*).
 # Many hours of CPU; each run resumes where it stopped, so run `make bench` again until it
 # finishes. One run at a time: llama.cpp uses every core and collapses when two runs share them.
 # (The earlier int8 runs live in benchmarks/results/bench; they are labelled as such in the docs.)
 BENCH_DATA ?= ../shared/data
-BENCH_SETS ?= hotpotqa_dev_199 2wiki_dev_300 musique_dev_200
+BENCH_SETS ?= hotpotqa_dev_199 2wiki_dev_300 musique_dev_200 strategyqa_229
 BENCH_LIMIT ?= 200
 BASELINE_LIMIT ?= 100
 BENCH_FLAGS ?= --limit $(BENCH_LIMIT) --strategies standard-rag,iter-retgen,linear,tree,auto
@@ -186,7 +187,7 @@ load-serve: install-test $(VENV)/.model-$(MODEL)
 # Issue 50's confidence measurements (docs/statistics.md): retrieve with the decoder's confidence on each set's
 # first CONF_LIMIT questions and linear on the first CONF_LINEAR, then the bundled calibration refitted on the
 # first 50 and checked on the rest. Resumable; hours of CPU for the whole of it.
-CONF_SETS ?= $(BENCH_SETS) strategyqa_229
+CONF_SETS ?= $(BENCH_SETS)
 CONF_LIMIT ?= 100
 CONF_LINEAR ?= 25
 CONF_OUT ?= benchmarks/results/confidence
@@ -212,7 +213,7 @@ bench-seconds: install $(VENV)/.model-$(MODEL)
 # held-back questions (after the calibration sample's first 50), interleaved with iter-retgen so their
 # seconds compare, and with standard-rag on StrategyQA (the benchmark of record has the other sets').
 # Grown a stage at a time over every set, so a stopped run has all sets on the same questions; resumable.
-HELDOUT_SETS ?= strategyqa_229 $(BENCH_SETS)
+HELDOUT_SETS ?= $(BENCH_SETS)
 HELDOUT_STAGES ?= 75 100 150 200
 HELDOUT_OUT ?= benchmarks/results/auto-heldout
 auto-heldout: install $(VENV)/.model-$(MODEL)
