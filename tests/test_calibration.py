@@ -108,10 +108,37 @@ def test_the_fit_measures_each_feature_and_names_the_best():
     assert retrieve.best == "answer.mean_logprob" and retrieve.model is not None and retrieve.model.n == N
     assert retrieve.features["answer.mean_logprob"].right == len(RETRIEVE_RIGHT)
     assert cal.operators["iterate"].features["reply.min_logprob"].auroc == 0.5
-    assert set(retrieve.features) == set(FEATURES)  # no passage texts given: no 'supported' signal
+    # no passage texts given: no 'supported' signal; the question's form is always known (none asks yes or no)
+    assert set(retrieve.features) == {*FEATURES, "yes_no_question"}
+    assert retrieve.features["yes_no_question"].auroc == 0.5 and "yes_no_question" not in retrieve.model.inputs
     # the mapping is monotone in the feature
     p = [retrieve.probability(word_confidence("x", logprob=v), {}) for v in (-3.0, -1.5, -0.1)]
     assert p[0] < p[1] < p[2]
+
+
+def test_a_yes_no_question_is_a_signal_of_its_own_so_p_right_knows_an_answer_picks_one_of_two():
+    # 40 questions at the same spread of confidence: the yes/no ones right 3 times in 4, the open ones 1 in 4
+    rows = []
+    for i in range(40):
+        yes_no = i % 2 == 0
+        right = (i // 2) % 4 != 0 if yes_no else (i // 2) % 4 == 0
+        question = f"Is thing {i} big?" if yes_no else f"Who made thing {i}?"
+        rows.append(
+            {
+                **record(i, "standard-rag", right, lp(i % 30)),
+                "question": question,
+                "answer": "yes" if yes_no else "Someone",
+            }
+        )
+    retrieve = calibrate(rows).operators["retrieve"]
+    assert retrieve.features["yes_no_question"].auroc == pytest.approx(0.75)  # (225 + 150 / 2) of 400 right-wrong pairs
+    assert "yes_no_question" in retrieve.model.inputs
+    sure = word_confidence("yes", logprob=-1.0)
+    assert (
+        retrieve.probability(sure, {"yes_no_question": True})
+        > 0.5
+        > retrieve.probability(sure, {"yes_no_question": False})
+    )
 
 
 def test_the_escalation_table_gives_each_operator_s_em_on_the_least_confident_questions():

@@ -120,6 +120,7 @@ def test_an_escalated_answer_trusted_less_than_the_first_gives_way_to_it():
         "value": pytest.approx(-4.0),
         "supported": True,
         "agree": False,
+        "yes_no_question": False,
         "p_right": pytest.approx(p_right(-4.0, True)),
         "p_first": pytest.approx(p_right(-1.5, True)),
         "kept": "retrieve",

@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping
 import attrs
 
 from nlqo.execution.answers import short_answer
-from nlqo.execution.operators.support import AGREE, SUPPORTED, support
+from nlqo.execution.operators.support import AGREE, SUPPORTED, YES_NO, support, yes_no_question
 from nlqo.kinds import Operator
 from nlqo.parser.questions import question_class
 from nlqo.planner.statistics.calibration import Calibration, Row, fit
@@ -106,7 +106,7 @@ def rounds_agree(record: Mapping[str, Any]) -> bool | None:
 def calibration_row(record: Mapping[str, Any], texts: Callable[[str], str] | None) -> Row:
     """What calibration reads of one record: its question, class, EM, seconds, confidence and signals
     (supported, given ``texts``; for iterate, whether its rounds agree)."""
-    signals: dict[str, bool] = {}
+    signals: dict[str, bool] = {YES_NO: yes_no_question(record["question"])}
     if texts is not None:
         signals[SUPPORTED] = support(
             record["answer"], record["question"], [texts(i) for i in passage_ids(record)]

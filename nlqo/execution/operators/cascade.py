@@ -33,7 +33,7 @@ from nlqo.execution.trace import RunResult, Step, StepKind, Trace
 from nlqo.kinds import Operator, StopReason, stop_reasons
 from nlqo.execution.operators.base import PLANNED, Calibrated, at_root
 from nlqo.execution.operators.iterate import ROUNDS, Rounds, estimate_rounds, more_rounds, result
-from nlqo.execution.operators.support import AGREE, SUPPORTED, support
+from nlqo.execution.operators.support import AGREE, SUPPORTED, YES_NO, support, yes_no_question
 
 NODE = "cascade"
 """Trace label of the cascade's decisions."""
@@ -87,7 +87,8 @@ def by_confidence(
     """Escalate a doubtful first answer to the calibration's target; keep the answer trusted more."""
     retrieve, target = Operator.RETRIEVE.value, str(trust.target)
     verdict = support(answered.answer, question, passage_texts(trace))
-    p_first = trust.probability(retrieve, answered.confidence, {SUPPORTED: verdict.supported})
+    asks_yes_no = yes_no_question(question)
+    p_first = trust.probability(retrieve, answered.confidence, {SUPPORTED: verdict.supported, YES_NO: asks_yes_no})
     low = trust.threshold is not None and value < trust.threshold
     numbers: dict[str, Any] = {
         "operator": retrieve,
@@ -114,7 +115,7 @@ def by_confidence(
     second, signals = run_target(context, question, first, target, trace, strategy, started)
     texts = passage_texts(trace, since=0 if target == Operator.ITERATE else mark)
     verdict2 = support(second.answer, question, texts)
-    signals = {SUPPORTED: verdict2.supported, **signals}
+    signals = {SUPPORTED: verdict2.supported, YES_NO: asks_yes_no, **signals}
     confidence = second.confidence
     value2 = trust.value(target, confidence)
     p_second = trust.probability(target, confidence, signals)

@@ -52,8 +52,19 @@ SUPPORTED = "supported"
 """The 0/1 signal that an answer is supported (:func:`support`), as calibration reads it."""
 AGREE = "agree"
 """The 0/1 signal that iterate's rounds gave the same answer, as calibration reads it."""
-SIGNALS = (SUPPORTED, AGREE)
+YES_NO = "yes_no_question"
+"""The 0/1 signal that the question asks yes or no, so an answer picks one of two (its prior is a half)."""
+SIGNALS = (SUPPORTED, AGREE, YES_NO)
 """An answer's 0/1 signals beside the model's confidence (:mod:`nlqo.planner.statistics.calibration`)."""
+
+
+def yes_no_question(question: str) -> bool:
+    """Whether ``question`` asks yes or no (:data:`YES_NO`).
+
+    >>> yes_no_question("Is Paris in France?"), yes_no_question("Who wrote Dune?")
+    (True, False)
+    """
+    return question_class(question) == QuestionClass.YES_NO
 
 
 @attrs.frozen

@@ -5,9 +5,10 @@ Every generation carries the decoder's confidence (:mod:`nlqo.runtime.llm.confid
 **features** (:data:`FEATURES`), each oriented so that higher means more confident, are read over
 the answer's own tokens (``answer.*``; the whole reply when the answer's span is not known) and
 over the whole reply (``reply.*``): the mean and the minimum log-probability, minus the mean and
-minus the maximum entropy, and the first token's margin. Beside them, two 0/1 **signals**
+minus the maximum entropy, and the first token's margin. Beside them, 0/1 **signals**
 (:data:`SIGNALS`): whether the answer is supported by its passages
-(:mod:`nlqo.execution.operators.support`) and, for iterate, whether its rounds agree.
+(:mod:`nlqo.execution.operators.support`), whether the question asks yes or no (an answer then
+picks one of two), and, for iterate, whether its rounds agree.
 
 * For each operator and feature, :func:`auroc` measures how well the feature ranks right answers
   above wrong ones (exact match; 0.5 is chance, 1 perfect), with a 95% interval from a stratified
