@@ -3,11 +3,13 @@
 Reads `make auto-heldout`'s records (benchmarks/results/auto-heldout/SET: auto and iter-retgen in one
 run, interleaved, and standard-rag where the benchmark of record has none) and, for standard-rag on
 the other sets, the benchmark of record's answers to the same questions (benchmarks/results/runs).
-Runs no model. Writes two blocks of docs/statistics.md:
+Runs no model. Writes three blocks of docs/statistics.md:
 
 - `auto-heldout`: per set, EM with Wilson intervals, auto minus the better of standard-rag and
   iter-retgen with a paired bootstrap interval, auto's seconds over iter-retgen's in the same run,
   what auto ran (how many escalated, how many were parsed and planned);
+- `auto-heldout-routes`: the same questions by the route auto took (question class, operator,
+  escalated or not), each route's right answers beside iter-retgen's and standard-rag's;
 - `auto-heldout-auroc`: the AUROC of each confidence feature, and of the bundled calibration's
   P(right) (its best feature with the support signal, fitted on the first 50 questions of each
   set), for retrieve's and iterate's answers on the held-back questions. Retrieve's answers are the
@@ -112,6 +114,7 @@ def measure(dataset: str) -> dict | None:
         "chosen": Counter(operator_of(r) or "?" for r in auto).most_common(),
         "retrieve": retrieve,
         "iterate": rows["iter-retgen"],
+        "triples": list(zip(auto, rows["iter-retgen"], rows["standard-rag"])),
     }
 
 
@@ -137,6 +140,29 @@ def outcome_table(results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def route_table(results: list[dict]) -> str:
+    """What each route auto took scored, against iter-retgen and standard-rag on the same questions."""
+    out = [
+        "| set | question class | auto ran | n | auto right | iter-retgen right | standard-rag right | auto s | iter-retgen s |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        groups: dict[tuple[str, str], list[tuple[dict, dict, dict]]] = defaultdict(list)
+        for a, i, s in r["triples"]:
+            kind = ((a.get("plan") or {}).get("physical") or {}).get("choice", {}).get("question_class", "?")
+            route = (operator_of(a) or "?") + (", escalated" if "escalated" in a["stop_reason"] else "")
+            groups[(kind, route)].append((a, i, s))
+        for (kind, route), rows in sorted(groups.items()):
+            n = len(rows)
+            right = [sum(x[j]["em"] for x in rows) for j in range(3)]
+            secs = [sum(x[j]["seconds"] for x in rows) / n for j in range(2)]
+            out.append(
+                f"| {r['set']} | {kind} | {route} | {n} | {right[0]:.0f} | {right[1]:.0f} | {right[2]:.0f} "
+                f"| {secs[0]:.1f} | {secs[1]:.1f} |"
+            )
+    return "\n".join(out)
+
+
 def _em_cell(hits: float, n: int) -> str:
     lo, hi = wilson_interval(hits, n)
     return f"{100 * hits / n:.1f} [{100 * lo:.0f}, {100 * hi:.0f}]"
@@ -149,7 +175,7 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
     out = [
         "AUROC for exact match on the held-back questions of the table above, 95% interval by stratified "
         f"bootstrap; n = answers (right ones). `{P_RIGHT}`: the bundled calibration's probability (its "
-        "best feature and the support signal, fitted on each set's first 50 questions).",
+        "best feature and its signals, fitted on each set's first 50 questions).",
         "",
         "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
         "|---|---|---|" + "---:|" * len(columns),
@@ -198,9 +224,10 @@ def main() -> int:
     args = parser.parse_args()
     results = [r for s in SETS if (r := measure(s))]
     texts = {r["set"]: texts_of(r["set"]) for r in results}
-    outcome, aurocs = outcome_table(results), auroc_table(results, texts)
-    print(outcome, aurocs, sep="\n\n")
+    outcome, routes, aurocs = outcome_table(results), route_table(results), auroc_table(results, texts)
+    print(outcome, routes, aurocs, sep="\n\n")
     write_block(args.docs, "auto-heldout", outcome)
+    write_block(args.docs, "auto-heldout-routes", routes)
     write_block(args.docs, "auto-heldout-auroc", aurocs)
     return 0
 
