@@ -200,7 +200,7 @@ bench-confidence: install $(VENV)/.model-$(MODEL)
 
 # Issue 54's side-by-side run (docs/models.md, "Seconds per answer"): today's configuration against the
 # reuse and compression settings, interleaved in one run per set on its first SECONDS_LIMIT questions;
-# python benchmarks/seconds_report.py writes the table. Hours of CPU for the whole of it; resumable.
+# python scripts/seconds_report.py writes the table. Hours of CPU for the whole of it; resumable.
 SECONDS_SETS ?= $(BENCH_SETS)
 SECONDS_LIMIT ?= 100
 SECONDS_STRATEGIES ?= standard-rag,standard-rag[compress=2],iter-retgen,iterate[stable_rounds=on],iterate[stable_rounds=on,compress=2]

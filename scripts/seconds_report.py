@@ -82,7 +82,7 @@ def table(rows: list[dict]) -> str:
     out = [
         f"Measured on {', '.join(cpus) or '?'} ({', '.join(flags) or 'flags not recorded'}), 2 cores, llama.cpp, the "
         "default model; every strategy interleaved on the same questions in one run (`make bench-seconds`, "
-        "`python benchmarks/seconds_report.py`). EM difference: paired bootstrap 95% interval; computed = prompt "
+        "`python scripts/seconds_report.py`). EM difference: paired bootstrap 95% interval; computed = prompt "
         "tokens not served from the KV cache, per question.",
         "",
         "| set | variant | against | n | EM % | against | difference, points [95%] | same answer | s | against s "
