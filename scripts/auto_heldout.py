@@ -22,11 +22,11 @@ Runs no model. Writes three blocks of docs/statistics.md:
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from confidence import texts_of  # scripts/confidence.py, beside this script
 from nlqo.common.docblocks import write_block
 from nlqo.eval.collect import calibration_row, operator_name
 from nlqo.eval.datasets import Question
@@ -39,15 +39,9 @@ from nlqo.planner.statistics.store import BUNDLED, load
 
 HELDOUT = Path("benchmarks/results/auto-heldout")
 RECORD = Path("benchmarks/results/runs")
-DATA = Path("../shared/data")
 SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200", "strategyqa_229")
 P_RIGHT = "P(right)"
 SEED = 20261207
-
-
-def texts_of(dataset: str) -> dict[str, str]:
-    with gzip.open(DATA / f"{dataset}_corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
-        return {p["id"]: p["text"] for p in map(json.loads, fh)}
 
 
 def by_strategy(path: Path) -> dict[str, dict[str, dict]]:
