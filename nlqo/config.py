@@ -320,6 +320,13 @@ class EngineConfig:
         "linear template: show a lowered plan's atoms as plan-step hints",
         Flag(("--no-plan-hints",), "negate", ablation=True),
     )
+    plan_escalations: bool = _setting(
+        True,
+        "execute",
+        "cascade: a doubtful answer's escalation to the template or the tree parses and plans the question first "
+        "(the template shows the plan's atoms as hints); off runs the template on the question alone",
+        Flag(("--no-plan-escalations",), "negate", ablation=True),
+    )
     plan_steps: bool = _setting(
         False,
         "execute",

@@ -94,11 +94,37 @@ def test_a_doubtful_answer_escalates_to_the_operator_the_statistics_name_and_kee
     assert first["value"] == pytest.approx(-3.0) and first["p_right"] == pytest.approx(p_right(-3.0, True))
     assert first["text"].endswith(f"; escalate to {target} (confidence below the threshold)")
     nodes = {s.node for s in result.trace}
-    ran = {"iterate": {"round-2", "round-3"} <= nodes, "linear": "hop-1" in nodes, "tree": "parse" in nodes}
+    ran = {"iterate": {"round-2", "round-3"} <= nodes, "linear": "hop-1" in nodes, "tree": "q1" in nodes}
     assert ran == {op: op == target for op in ran}  # the named operator ran, and no other
+    assert ("parse" in nodes) == (target != "iterate")  # the template and the tree run on a parsed plan
     assert second["operator"] == target and second["kept"] == target and second["p_first"] == first["p_right"]
     assert second["p_right"] > second["p_first"]
     assert result.answer == "Cincinnati" and result.stop_reason.startswith("cascade: escalated")
+
+
+@pytest.mark.parametrize("planned", [True, False])
+def test_an_escalation_to_the_template_parses_and_plans_unless_switched_off(planned):
+    llm = ScriptedLLM([("nlqo IR", IR), (RAG, "Cincinnati")], default="Cincinnati", confidence=in_turn(-3.0, -0.1))
+    result = engine(llm, calibration("linear"), plan_escalations=planned).ask(QUESTION, strategy="cascade")
+    nodes = [s.node for s in result.trace]
+    assert ("parse" in nodes) is planned and "hop-1" in nodes
+    assert nodes.index("cascade") < (nodes.index("parse") if planned else nodes.index("hop-1"))  # after the decision
+    hinted = [c for c in llm.calls if "Plan step" in c]
+    assert bool(hinted) is planned  # the plan's atoms reach the template as hints
+    assert not planned or any("directed" in c and "Jaws" in c for c in hinted)
+    assert result.stop_reason.startswith("cascade: escalated") and result.operator == "cascade"
+    assert (result.escalation is not None) is planned
+    if planned:  # EXPLAIN ANALYZE shows the plan the escalation ran, in text and JSON
+        assert result.escalation.operator == "linear" and result.escalation.parsed
+        text = analyze.text(result, result.physical)
+        head = "Escalation's plan (LinearTemplate (TSSS), the question parsed and planned):"
+        assert head in text and "directed" in text.split(head)[1] and "LinearTemplate hop 1 hint" in text
+        data = analyze.to_dict(result, result.physical)
+        atoms = {n["id"]: n for n in data["escalation"]["nodes"]}
+        assert data["escalation"]["physical"]["operator"] == "linear" and {"q1", "q2"} <= set(atoms)
+        assert atoms["q1"]["actual"]["llm_calls"] >= 1  # the hop's actuals land on its atom
+    else:
+        assert "Escalation's plan" not in analyze.text(result, result.physical)
 
 
 def test_an_escalated_answer_trusted_less_than_the_first_gives_way_to_it():

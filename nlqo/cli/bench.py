@@ -28,6 +28,7 @@ ABLATIONS = (
     "compress",
     "ir_cleanup",
     "plan_hints",
+    "plan_escalations",
     "guard_rewrites",
     "tree_queries",
     "plan_steps",

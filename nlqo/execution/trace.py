@@ -203,6 +203,8 @@ class RunResult:
     """The physical plan, when the strategy was lowered from one."""
     operator: str | None = None
     """The physical operator that answered (the engine's strategies; None for a baseline)."""
+    escalation: Any = None
+    """The parsed physical plan a cascade's escalation ran on, when it ran on one (``physical`` is the cascade's)."""
 
     @property
     def llm_steps(self) -> list[Step]:

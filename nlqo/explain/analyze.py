@@ -202,6 +202,7 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
         )
         lines += answer_confidence_lines(result.confidence)
         lines += [f"Cascade: {d['text']}" for d in decisions(result)]
+        lines += escalation_lines(result, model=model, costs=costs)
         if any(s.confidence is not None for s in result.trace):
             lines.append(
                 "(logprob = mean/min log-probability of the tokens the model chose, entropy = mean/max of their "
@@ -211,6 +212,18 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
         "(tokens = prompt computed / prompt from cache / generated [+ forced by a grammar, appended without sampling])"
     )
     return "\n".join(lines)
+
+
+def escalation_lines(result: RunResult, *, model=None, costs=None) -> list[str]:
+    """The parsed plan a cascade's escalation ran, each node with its operator and actuals."""
+    from nlqo.execution.operators import OPERATORS
+
+    escalation = result.escalation
+    if escalation is None:
+        return []
+    body = render.text(escalation.logical, model=model, costs=costs, annotations=actual_annotations(result, escalation))
+    head = f"Escalation's plan ({OPERATORS[escalation.operator].label}, the question parsed and planned):"
+    return [head, *("  " + line for line in body.splitlines())]
 
 
 def decisions(result: RunResult) -> list[dict[str, Any]]:
@@ -266,6 +279,8 @@ def to_dict(
     }
     if result is not None:
         data["physical"]["decisions"] = decisions(result)
+        if result.escalation is not None and result.escalation is not physical:
+            data["escalation"] = to_dict(result, result.escalation, model=model, costs=costs, trace=False)
     if result is not None and trace:
         data["analyze"] = result.to_dict(texts=True)
     return data

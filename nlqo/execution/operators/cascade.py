@@ -5,8 +5,9 @@
 backend reads the model's confidence: retrieve's answer is doubtful when its calibrated feature is
 below the fitted threshold or it is not supported by its passages
 (:func:`nlqo.execution.operators.support.support`). A doubtful answer escalates to the operator the
-statistics favour on such questions: ITERATE continues from retrieve's round, LINEAR runs the
-template on the question, TREE parses and plans. On hard questions the other operators fail too,
+statistics favour on such questions: ITERATE continues from retrieve's round; LINEAR and TREE
+parse and plan the question first and run forced on the plan, the template showing the plan's atoms
+as hints (``plan_escalations``; off, the template runs on the question alone). On hard questions the other operators fail too,
 so escalating is not enough: the cascade keeps the answer the calibration trusts more, each
 operator's probability of being right from its own feature and signals (supported; for iterate,
 whether its rounds agree). An escalated answer trusted less than the first gives way to it.
@@ -158,6 +159,7 @@ def by_confidence(
             stop_reason=StopReason.CASCADE_KEPT_FIRST,
             planning_ms=planning_ms,
             execution_ms=total_ms - planning_ms,
+            escalation=escalation_plan(second),
         )
     return attrs.evolve(
         second,
@@ -165,20 +167,31 @@ def by_confidence(
         trace=trace.freeze(),
         stop_reason=stop_reasons(StopReason.CASCADE_ESCALATED, second.stop_reason),
         execution_ms=total_ms - planning_ms,
+        escalation=escalation_plan(second),
     )
+
+
+def escalation_plan(second: RunResult):
+    """The parsed physical plan the escalation ran on, or None (iterate's rounds, a failed parse)."""
+    physical = second.physical
+    return physical if physical is not None and getattr(physical, "parsed", False) else None
 
 
 def run_target(
     context, question: str, first: Rounds, target: str, trace: Trace, strategy: str, started: float
 ) -> tuple[RunResult, dict[str, bool]]:
-    """Run the escalation's operator as ``nlqo analyze`` measured it, forced (iterate continuing from
-    the first round, which is its own first round), with the signals only it has."""
+    """Run the escalation's operator, forced, with the signals only it has: iterate continues from
+    the first round (its own first round); the template and the tree run on the parsed plan (with
+    ``plan_escalations``; ``nlqo analyze`` measured the template on the question alone)."""
     if target == Operator.ITERATE:
         rounds = more_rounds(context, question, trace, first, rounds=ROUNDS, stable=context.config.stable_rounds)
         reason = StopReason.FIXED_POINT if rounds.repeated else StopReason.MAX_ROUNDS
         done = result(question, rounds, trace, strategy, started, reason)
         return done, {AGREE: len(set(rounds.answers)) == 1}
-    planned = context.prepare(question, strategy=target, trace=trace)
+    if context.config.plan_escalations:  # parsed and planned, the operator forced on the plan
+        planned = context.plan(question, strategy=target, trace=trace)
+    else:
+        planned = context.prepare(question, strategy=target, trace=trace)
     return context.run_planned(question, planned, target, trace), {}
 
 
@@ -205,6 +218,7 @@ def by_support(context, question: str, first: Rounds, trace: Trace, strategy: st
         strategy=strategy,
         stop_reason=stop_reasons(StopReason.CASCADE_PLAN, done.stop_reason),
         execution_ms=total_ms - done.planning_ms,
+        escalation=escalation_plan(done),
     )
 
 
