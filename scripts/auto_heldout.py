@@ -10,6 +10,10 @@ Runs no model. Writes three blocks of docs/statistics.md:
   what auto ran (how many escalated, how many were parsed and planned);
 - `auto-heldout-routes`: the same questions by the route auto took (question class, operator,
   escalated or not), each route's right answers beside iter-retgen's and standard-rag's;
+- `auto-heldout-escalations`: the escalated questions of the first run (questions 50-99, the template
+  on the question alone, kept in SET/escalations-unplanned.jsonl) against the same questions run
+  again with the escalation parsed and planned (`plan_escalations`, the default since 7f360a0);
+  every other question's answer is the same in both (the cascade decides before it escalates);
 - `auto-heldout-auroc`: the AUROC of each confidence feature, and of the bundled calibration's
   P(right) (its best feature with the support signal, fitted on the first 50 questions of each
   set), for retrieve's and iterate's answers on the held-back questions. Retrieve's answers are the
@@ -157,6 +161,28 @@ def route_table(results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def escalation_table(results: list[dict]) -> str:
+    """Escalated questions answered by the template alone (the first run) and on the parsed plan (now)."""
+    out = [
+        "| set | escalated questions | template alone right | on the parsed plan right | iter-retgen right "
+        "| parsed and planned | template alone s | on the plan s | iter-retgen s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in results:
+        before = {x["qid"]: x for x in read_records(HELDOUT / r["set"] / "escalations-unplanned.jsonl", repair=False)}
+        pairs = [(before[a["qid"]], a, i) for a, i, _ in r["triples"] if a["qid"] in before]
+        if not pairs:
+            continue
+        n = len(pairs)
+        right = [sum(x[j]["em"] for x in pairs) for j in range(3)]
+        secs = [sum(x[j]["seconds"] for x in pairs) / n for j in range(3)]
+        out.append(
+            f"| {r['set']} | {n} | {right[0]:.0f} | {right[1]:.0f} | {right[2]:.0f} | {sum(planned(x[1]) for x in pairs)} "
+            f"| {secs[0]:.1f} | {secs[1]:.1f} | {secs[2]:.1f} |"
+        )
+    return "\n".join(out)
+
+
 def _em_cell(hits: float, n: int) -> str:
     lo, hi = wilson_interval(hits, n)
     return f"{100 * hits / n:.1f} [{100 * lo:.0f}, {100 * hi:.0f}]"
@@ -219,9 +245,11 @@ def main() -> int:
     results = [r for s in SETS if (r := measure(s))]
     texts = {r["set"]: texts_of(r["set"]) for r in results}
     outcome, routes, aurocs = outcome_table(results), route_table(results), auroc_table(results, texts)
-    print(outcome, routes, aurocs, sep="\n\n")
+    escalations = escalation_table(results)
+    print(outcome, routes, escalations, aurocs, sep="\n\n")
     write_block(args.docs, "auto-heldout", outcome)
     write_block(args.docs, "auto-heldout-routes", routes)
+    write_block(args.docs, "auto-heldout-escalations", escalations)
     write_block(args.docs, "auto-heldout-auroc", aurocs)
     return 0
 

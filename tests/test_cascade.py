@@ -12,7 +12,7 @@ import pytest
 
 from fakes import PASSAGES, HashEmbedder, KeywordRetriever
 from nlqo.config import EngineConfig
-from nlqo.explain import analyze
+from nlqo.explain import analyze, formats, render
 from nlqo.main.engine import Engine
 from nlqo.planner.statistics.calibration import Calibration, CascadePlan, Logistic, Mix, OperatorCalibration
 from nlqo.planner.statistics.store import OperatorStats, Statistics, save
@@ -105,7 +105,8 @@ def test_a_doubtful_answer_escalates_to_the_operator_the_statistics_name_and_kee
 @pytest.mark.parametrize("planned", [True, False])
 def test_an_escalation_to_the_template_parses_and_plans_unless_switched_off(planned):
     llm = ScriptedLLM([("nlqo IR", IR), (RAG, "Cincinnati")], default="Cincinnati", confidence=in_turn(-3.0, -0.1))
-    result = engine(llm, calibration("linear"), plan_escalations=planned).ask(QUESTION, strategy="cascade")
+    e = engine(llm, calibration("linear"), plan_escalations=planned)
+    result = e.ask(QUESTION, strategy="cascade")
     nodes = [s.node for s in result.trace]
     assert ("parse" in nodes) is planned and "hop-1" in nodes
     assert nodes.index("cascade") < (nodes.index("parse") if planned else nodes.index("hop-1"))  # after the decision
@@ -123,6 +124,12 @@ def test_an_escalation_to_the_template_parses_and_plans_unless_switched_off(plan
         atoms = {n["id"]: n for n in data["escalation"]["nodes"]}
         assert data["escalation"]["physical"]["operator"] == "linear" and {"q1", "q2"} <= set(atoms)
         assert atoms["q1"]["actual"]["llm_calls"] >= 1  # the hop's actuals land on its atom
+        view = formats.PhysicalView.of(e.optimizer, result.physical, result)  # as nlqo explain --analyze
+        shown = formats.render(view, "text").split(head)[1]
+        own = result.escalation.logical.cost  # each plan's costs are its own, not the cascade's one atom
+        assert f"Cost: {render._fmt(own.total)}" in shown and own.total != result.physical.logical.cost.total
+        assert f"cost={render._fmt(own.total)}" in shown.splitlines()[2]  # the escalation's root line
+        assert json.loads(formats.render(view, "json"))["escalation"]["cost"]["total"] == pytest.approx(own.total)
     else:
         assert "Escalation's plan" not in analyze.text(result, result.physical)
 

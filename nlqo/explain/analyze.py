@@ -180,7 +180,7 @@ def q_error(estimated: float, actual: float) -> float:
     return max(estimated / actual, actual / estimated)
 
 
-def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None) -> str:
+def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, escalation_costs=None) -> str:
     """The plan tree with physical operators (and actuals when ``result`` is given), then totals."""
     notes = actual_annotations(result, physical) if result is not None else physical_annotations(physical)
     body = render.text(physical.logical, model=model, costs=costs, annotations=notes)
@@ -202,7 +202,7 @@ def text(result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=
         )
         lines += answer_confidence_lines(result.confidence)
         lines += [f"Cascade: {d['text']}" for d in decisions(result)]
-        lines += escalation_lines(result, model=model, costs=costs)
+        lines += escalation_lines(result, model=model, costs=escalation_costs)
         if any(s.confidence is not None for s in result.trace):
             lines.append(
                 "(logprob = mean/min log-probability of the tokens the model chose, entropy = mean/max of their "
@@ -245,7 +245,13 @@ def answer_confidence_lines(c: Confidence | None) -> list[str]:
 
 
 def to_dict(
-    result: RunResult | None, physical: PhysicalPlan, *, model=None, costs=None, trace: bool = True
+    result: RunResult | None,
+    physical: PhysicalPlan,
+    *,
+    model=None,
+    costs=None,
+    trace: bool = True,
+    escalation_costs=None,
 ) -> dict[str, Any]:
     """The plan as JSON with its physical operator and, given ``result``, each node's actuals
     (``steps`` are positions in the trace) and an ``analyze`` section with the whole trace,
@@ -280,7 +286,7 @@ def to_dict(
     if result is not None:
         data["physical"]["decisions"] = decisions(result)
         if result.escalation is not None and result.escalation is not physical:
-            data["escalation"] = to_dict(result, result.escalation, model=model, costs=costs, trace=False)
+            data["escalation"] = to_dict(result, result.escalation, model=model, costs=escalation_costs, trace=False)
     if result is not None and trace:
         data["analyze"] = result.to_dict(texts=True)
     return data

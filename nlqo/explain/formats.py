@@ -59,9 +59,13 @@ class PhysicalView:
     result: RunResult | None = None
     model: CostModel | None = None
     costs: Mapping[str, Cost] | None = None
+    escalation_costs: Mapping[str, Cost] | None = None
+    """Each node's cost in the plan a cascade's escalation ran (``result.escalation``), when it ran one."""
 
     def to_dict(self) -> dict[str, Any]:
-        return analyze.to_dict(self.result, self.physical, model=self.model, costs=self.costs)
+        return analyze.to_dict(
+            self.result, self.physical, model=self.model, costs=self.costs, escalation_costs=self.escalation_costs
+        )
 
     def annotations(self) -> dict[str, str]:
         """Per-node notes: the operator, and with a run the actuals."""
@@ -72,9 +76,20 @@ class PhysicalView:
     @classmethod
     def of(cls, optimizer: Optimizer, physical: PhysicalPlan, result: RunResult | None = None) -> "PhysicalView":
         """``physical`` (and with ``result`` its run) with each node's cost under ``optimizer``'s cost model."""
-        logical, model = physical.logical, optimizer.cost_model
-        context = CostContext(logical.query, logical.relations, optimizer.embedder)
-        return cls(physical, result, model=model, costs=explain.node_costs(logical, model, context))
+        model = optimizer.cost_model
+
+        def costs(plan: PhysicalPlan) -> Mapping[str, Cost]:
+            logical = plan.logical
+            return explain.node_costs(logical, model, CostContext(logical.query, logical.relations, optimizer.embedder))
+
+        escalation = None if result is None else result.escalation
+        return cls(
+            physical,
+            result,
+            model=model,
+            costs=costs(physical),
+            escalation_costs=None if escalation is None else costs(escalation),
+        )
 
 
 def _json(view: LogicalView | PhysicalView) -> str:
@@ -94,7 +109,9 @@ LOGICAL: Mapping[OutputFormat, Callable[[LogicalView], str]] = {
 """Renderers of a logical plan, one per format."""
 
 PHYSICAL: Mapping[OutputFormat, Callable[[PhysicalView], str]] = {
-    OutputFormat.TEXT: lambda v: analyze.text(v.result, v.physical, model=v.model, costs=v.costs),
+    OutputFormat.TEXT: lambda v: analyze.text(
+        v.result, v.physical, model=v.model, costs=v.costs, escalation_costs=v.escalation_costs
+    ),
     OutputFormat.JSON: _json,
     OutputFormat.DOT: lambda v: explain.dot(v.physical.logical, costs=v.costs, annotations=v.annotations()),
     OutputFormat.HTML: _html,
