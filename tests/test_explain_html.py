@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from browser import CHROMIUM, Chromium
 from fakes import HashEmbedder
-from nlqo.explain import html, render
+from nlqo.explain import formats, html, render
 from nlqo.cli import common, main
 from nlqo.optimizer.cost import CostContext, load_cost_model
 from nlqo.config import EngineConfig
@@ -470,4 +470,24 @@ def test_the_page_shows_autos_choice_with_every_candidate(browser, tmp_path, mon
     assert "tree\t40.0% [27.0%, 54.0%]\t50 (all)\t38.5" in text
     assert "chosen: fastest (est. 8.6 s)" in text and "skipped: no parse" in text and "q-error 1.058" in text
     assert browser.eval("document.querySelectorAll('#choice tr.chosen').length") == 1
+    assert browser.errors() == []
+
+
+def test_the_page_shows_the_cascades_decisions_and_the_plan_its_escalation_ran(browser, tmp_path):
+    from test_cascade import IR, QUESTION, RAG, calibration, engine, in_turn
+
+    llm = ScriptedLLM([("nlqo IR", IR), (RAG, "Cincinnati")], default="Cincinnati", confidence=in_turn(-3.0, -0.1))
+    e = engine(llm, calibration("linear"))
+    result = e.ask(QUESTION, strategy="cascade")
+    page = tmp_path / "cascade.html"
+    page.write_text(formats.render(formats.PhysicalView.of(e.optimizer, result.physical, result), "html"))
+    load(browser, page)
+    text = browser.eval("document.getElementById('cascade').innerText")
+    assert "retrieve's answer: answer.mean_logprob -3.00 < threshold -1.00" in text and "escalate to linear" in text
+    assert "keep linear's" in text
+    cost = render._fmt(result.escalation.logical.cost.total)
+    assert f"escalation's plan: the question parsed and planned, run by linear (cost {cost})" in text
+    rows = browser.eval("Array.from(document.querySelectorAll('#cascade li[data-node]')).map(li => li.dataset.node)")
+    assert rows == [n for n, _ in result.escalation.logical.tree.preorder()] and {"q1", "q2"} <= set(rows)
+    assert "q1: ?d directed Jaws (LinearTemplate hop" in text and "LLM 2" in text
     assert browser.errors() == []
