@@ -16,7 +16,8 @@ Runs no model. Writes three blocks of docs/statistics.md:
   every other question's answer is the same in both (the cascade decides before it escalates);
 - `auto-heldout-auroc`: the AUROC of each confidence feature, and of the bundled calibration's
   P(right) (its best feature with the support signal, fitted on the first 50 questions of each
-  set), for retrieve's and iterate's answers on the held-back questions. Retrieve's answers are the
+  set), for retrieve's, iterate's and the template's answers on the held-back questions (the
+  template's: the choice questions auto sent to it). Retrieve's answers are the
   in-run standard-rag's where there is one, else the cascade's first round inside auto's records
   (questions auto sent to the cascade: not the choice questions, which go to the template); a
   first round the cascade escalated carries its reply's confidence only, so its `answer.*`
@@ -45,6 +46,8 @@ HELDOUT = Path("benchmarks/results/auto-heldout")
 RECORD = Path("benchmarks/results/runs")
 SETS = ("hotpotqa_dev_199", "2wiki_dev_300", "musique_dev_200", "strategyqa_229")
 P_RIGHT = "P(right)"
+OPERATOR_RECORDS = {"retrieve": "standard-rag", "iterate": "iter-retgen", "linear": "linear"}
+"""Each operator of the AUROC table and the bench strategy its records stand for."""
 SEED = 20261207
 
 
@@ -112,6 +115,7 @@ def measure(dataset: str) -> dict | None:
         "chosen": Counter(operator_of(r) or "?" for r in auto).most_common(),
         "retrieve": retrieve,
         "iterate": rows["iter-retgen"],
+        "linear": [r for r in auto if operator_of(r) == "linear"],  # the choice questions auto sent to the template
         "triples": list(zip(auto, rows["iter-retgen"], rows["standard-rag"])),
     }
 
@@ -195,19 +199,19 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
     out = [
         "AUROC for exact match on the held-back questions of the table above, 95% interval by stratified "
         f"bootstrap; n = answers (right ones). `{P_RIGHT}`: the bundled calibration's probability (its "
-        "best feature and its signals, fitted on each set's first 50 questions).",
+        "best feature and its signals, fitted on each set's first 50 questions; '-' where it has no mapping "
+        "for the operator). Linear's answers are those of the choice questions auto sent to the template "
+        "(no run of the template on every held-back question carries confidence yet); the tree has none.",
         "",
         "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
         "|---|---|---|" + "---:|" * len(columns),
     ]
     pooled: dict[str, list] = defaultdict(list)
     for r in results:
-        for op in ("retrieve", "iterate"):
-            rows = [calibration_row(x, texts[r["set"]].get) for x in r[op]]
-            rows = [
-                (row, operator_name({"strategy": "standard-rag" if op == "retrieve" else "iter-retgen"}))
-                for row in rows
-            ]
+        for op, strategy in OPERATOR_RECORDS.items():
+            rows = [(calibration_row(x, texts[r["set"]].get), operator_name({"strategy": strategy})) for x in r[op]]
+            if not rows:
+                continue
             pooled[op] += rows
             out.append(_row(r["set"], op, rows, cal, columns))
     out += [_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
