@@ -7,8 +7,8 @@ below the fitted threshold or it is not supported by its passages
 (:func:`nlqo.execution.operators.support.support`). A doubtful answer escalates to the operator the
 statistics favour on such questions: ITERATE continues from retrieve's round; LINEAR and TREE
 parse and plan the question first and run forced on the plan, the template showing the plan's atoms
-as hints (``plan_escalations``; off, the template runs on the question alone). On hard questions the other operators fail too,
-so escalating is not enough: the cascade keeps the answer the calibration trusts more, each
+as hints (``plan_escalations``; off, the template runs on the question alone). On hard questions the
+other operators fail too, so escalating is not enough: the cascade keeps the answer the calibration trusts more, each
 operator's probability of being right from its own feature and signals (supported; for iterate,
 whether its rounds agree). An escalated answer trusted less than the first gives way to it.
 
@@ -174,7 +174,7 @@ def by_confidence(
 def escalation_plan(second: RunResult):
     """The parsed physical plan the escalation ran on, or None (iterate's rounds, a failed parse)."""
     physical = second.physical
-    return physical if physical is not None and getattr(physical, "parsed", False) else None
+    return physical if physical is not None and physical.parsed else None
 
 
 def run_target(
