@@ -155,9 +155,7 @@ def route_table(results: list[dict]) -> str:
             route = (operator_of(a) or "?") + (", escalated" if "escalated" in a["stop_reason"] else "")
             groups[(kind, route)].append((a, i, s))
         for (kind, route), rows in sorted(groups.items()):
-            n = len(rows)
-            right = [sum(x[j]["em"] for x in rows) for j in range(3)]
-            secs = [sum(x[j]["seconds"] for x in rows) / n for j in range(2)]
+            n, right, secs = _totals(rows)
             out.append(
                 f"| {r['set']} | {kind} | {route} | {n} | {right[0]:.0f} | {right[1]:.0f} | {right[2]:.0f} "
                 f"| {secs[0]:.1f} | {secs[1]:.1f} |"
@@ -177,14 +175,19 @@ def escalation_table(results: list[dict]) -> str:
         pairs = [(before[a["qid"]], a, i) for a, i, _ in r["triples"] if a["qid"] in before]
         if not pairs:
             continue
-        n = len(pairs)
-        right = [sum(x[j]["em"] for x in pairs) for j in range(3)]
-        secs = [sum(x[j]["seconds"] for x in pairs) / n for j in range(3)]
+        n, right, secs = _totals(pairs)
         out.append(
             f"| {r['set']} | {n} | {right[0]:.0f} | {right[1]:.0f} | {right[2]:.0f} | {sum(planned(x[1]) for x in pairs)} "
             f"| {secs[0]:.1f} | {secs[1]:.1f} | {secs[2]:.1f} |"
         )
     return "\n".join(out)
+
+
+def _totals(rows: list[tuple[dict, ...]]) -> tuple[int, list[float], list[float]]:
+    """Rows of records side by side (one column per strategy): how many, each column's right answers and mean seconds."""
+    n = len(rows)
+    columns = list(zip(*rows))
+    return n, [sum(r["em"] for r in c) for c in columns], [sum(r["seconds"] for r in c) / n for c in columns]
 
 
 def _em_cell(hits: float, n: int) -> str:
