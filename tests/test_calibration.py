@@ -253,6 +253,48 @@ def test_auto_weighs_the_cascade_as_the_mix_it_will_run():
     assert choice.operator == "cascade"  # 56.7% against linear's 30.0%, retrieve's 26.7%
 
 
+def planned_sample() -> list[dict]:
+    """:func:`sample` with the tree on every question, wrong, its parse and plan taking 4 + (i % 3) seconds."""
+    trees = [
+        {**record(i, "linear", False, -2.5), "strategy": "tree", "seconds": 30.0, "planning_ms": 1000.0 * (4 + i % 3)}
+        for i in range(N)
+    ]
+    return sample() + trees
+
+
+def test_an_escalation_to_the_template_is_priced_with_the_tree_s_parse_and_plan_of_the_same_question():
+    plan = calibrate(planned_sample()).cascade
+    whole = plan.mixes["all"]
+    assert (plan.target, plan.share, whole.escalated) == ("linear", 0.5, 0.5)  # the tree, always wrong, is no target
+    escalated = range(15)  # the least confident half: questions 0-14, none of them unsupported-only
+    assert whole.planning == pytest.approx(sum(4 + i % 3 for i in escalated) / N)  # 75 s over 30 questions
+    assert whole.seconds == pytest.approx(8.0 + 0.5 * 20.0)  # the template's own seconds, as before
+    chosen = next(o for o in plan.options if o.share == plan.share)
+    assert chosen.seconds == pytest.approx(whole.seconds + 2.5)
+    # escalating nothing plans nothing
+    assert plan.options[0].escalated == 0 and plan.options[0].seconds == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("plan_escalations, seconds", [(True, 20.5), (False, 18.0)])
+def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_escalations, seconds):
+    engine = Engine.from_config(
+        EngineConfig(
+            cost_model="structural",
+            measure_costs=False,
+            strategy="auto",
+            policy="quality",
+            plan_escalations=plan_escalations,
+        ),
+        llm=ScriptedLLM([], default="x"),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
+    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    cascade = next(c for c in engine.choose("Who was person 3?").candidates if c.operator == "cascade")
+    assert cascade.seconds == pytest.approx(seconds)
+    assert ("their parse and plan 2.5 s a question" in cascade.basis) is plan_escalations
+
+
 def test_analyze_prints_the_calibration_escalation_and_cascade_tables():
     from nlqo.cli.analyze import calibration_table
 
