@@ -275,8 +275,8 @@ def test_an_escalation_to_the_template_is_priced_with_the_tree_s_parse_and_plan_
     assert plan.options[0].escalated == 0 and plan.options[0].seconds == pytest.approx(8.0)
 
 
-@pytest.mark.parametrize("plan_escalations, seconds", [(True, 20.5), (False, 18.0)])
-def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_escalations, seconds):
+@pytest.mark.parametrize("plan_escalations, seconds, escalated", [(True, 20.5, 33.0), (False, 18.0, 28.0)])
+def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_escalations, seconds, escalated):
     engine = Engine.from_config(
         EngineConfig(
             cost_model="structural",
@@ -293,6 +293,32 @@ def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_esc
     cascade = next(c for c in engine.choose("Who was person 3?").candidates if c.operator == "cascade")
     assert cascade.seconds == pytest.approx(seconds)
     assert ("their parse and plan 2.5 s a question" in cascade.basis) is plan_escalations
+    # an escalated question: retrieve's 8 s, the template's 20 s and, planned, 5 s of parse and plan
+    assert cascade.escalated_seconds == pytest.approx(escalated)
+
+
+@pytest.mark.parametrize("stop_reason", ["cascade: escalated; terminator", "cascade: retrieve"])
+def test_explain_analyze_sets_an_escalated_question_s_seconds_beside_those_it_was_estimated_by(stop_reason):
+    from nlqo.execution.trace import RunResult
+    from nlqo.explain.analyze import physical_lines
+
+    engine = Engine.from_config(
+        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality"),
+        llm=ScriptedLLM([], default="x"),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
+    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    choice = engine.choose("Who was person 3?")
+    physical = engine.unparsed("Who was person 3?", "cascade", choice=choice).physical
+    result = RunResult("Who was person 3?", "x", "auto", stop_reason=stop_reason, execution_ms=40_000.0)
+    (line,) = [ln.strip() for ln in physical_lines(physical, result) if "seconds: estimated" in ln]
+    if stop_reason.startswith("cascade: escalated"):
+        assert (
+            line == "seconds: estimated 20.5 (the mix's mean; a question it escalates: 33.0), actual 40.0, q-error 1.95"
+        )
+    else:
+        assert line == "seconds: estimated 20.5, actual 40.0, q-error 1.95"
 
 
 def test_analyze_prints_the_calibration_escalation_and_cascade_tables():

@@ -269,8 +269,9 @@ class Engine:
                 if self.config.plan_escalations and mix.planning:
                     seconds += mix.planning
                     basis += f", their parse and plan {mix.planning:.1f} s a question"
+                escalated = mix.seconds_escalated(self.config.plan_escalations) * scale if mix.escalated else None
                 candidates.append(
-                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, seconds * scale, basis)
+                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, seconds * scale, basis, escalated)
                 )
             elif got is not None:
                 s, basis = got

@@ -322,6 +322,13 @@ class Mix:
     planning: float = 0.0
     """Mean seconds a question that escalations to the template spend parsing and planning first
     (``plan_escalations``; 0 for iterate and the tree, whose records count their own)."""
+    escalated_seconds: float = 0.0
+    """Mean seconds of an escalated question, its parse and plan not counted (0 when none escalated)."""
+
+    def seconds_escalated(self, planned: bool) -> float:
+        """Mean seconds of an escalated question, with its parse and plan when ``planned``."""
+        extra = self.planning / self.escalated if planned and self.escalated else 0.0
+        return self.escalated_seconds + extra
 
 
 @attrs.frozen
@@ -594,6 +601,7 @@ def mix(outcomes: Sequence[_Outcome]) -> Mix:
         escalated=escalated / n if n else 0.0,
         kept_first=sum(1 for o in outcomes if o.kept_first) / escalated if escalated else 0.0,
         planning=_mean([o.planning for o in outcomes]),
+        escalated_seconds=_mean([o.seconds for o in outcomes if o.escalated]),
     )
 
 
