@@ -169,6 +169,19 @@ def test_the_cascade_plan_escalates_the_doubtful_half_to_the_template_and_estima
     assert plan.options[0].threshold is None and plan.options[0].escalated == 0.0
 
 
+def test_a_share_that_escalates_more_for_less_than_one_em_point_gives_way_to_the_faster_one():
+    # 120 questions, retrieve's confidence rising with i and right from i = 60; the template right on
+    # 0-9 and on 35: escalating the least confident quarter gains 10 answers, a third 11 (0.8 points more)
+    n = 120
+    firsts = [
+        Row(str(i), "other", float(i >= 60), 8.0, word_confidence("x", logprob=-3.0 + 0.02 * i)) for i in range(n)
+    ]
+    linear = [Row(str(i), "other", float(i < 10 or i == 35), 20.0, None) for i in range(n)]
+    plan = fit({"retrieve": firsts, "linear": linear}).cascade
+    assert [round(o.em * n) for o in plan.options] == [60, 70, 71, 71]
+    assert (plan.share, plan.target) == (0.25, "linear") and plan.mixes["all"].em == pytest.approx(70 / n)
+
+
 def test_the_replay_keeps_the_first_answer_where_the_escalated_one_is_trusted_less():
     def sure(value: float) -> OperatorCalibration:  # P(right) = sigmoid(value)
         model = Logistic(("reply.mean_logprob",), (0.0,), (1.0,), (1.0,), 0.0, 40)

@@ -21,8 +21,9 @@ picks one of two), and, for iterate, whether its rounds agree.
   is below a threshold or it is unsupported; for a few shares of doubtful questions
   (:data:`SHARES`) the threshold is that share's quantile and the escalation goes to the operator
   with the best EM on those questions; the cascade is then replayed on the sample as it runs
-  (the answer the calibration trusts more is kept) and the share with the best replayed EM is
-  kept, with the replayed EM and seconds as the cascade's estimate. An escalation to the template
+  (the answer the calibration trusts more is kept) and the fastest share whose replayed EM is
+  within :data:`SHARE_MARGIN` of the best is kept, with the replayed EM and seconds as the
+  cascade's estimate. An escalation to the template
   parses and plans the question first (``plan_escalations``), which the template's own records
   do not count: the replay prices it apart (:attr:`Mix.planning`) at the tree's planning seconds on
   the same question (the tree's records carry the parse and the plan).
@@ -59,6 +60,10 @@ RIDGE = 1.0
 SHARES = (0.0, 0.25, 1 / 3, 0.5)
 """Shares of retrieve's least confident sample questions a cascade plan may escalate, besides the
 unsupported ones (0: the unsupported only)."""
+SHARE_MARGIN = 0.01
+"""How far below the best replayed EM a share's may be and still be kept for being faster (one EM
+point, the balanced policy's default margin: a share escalating more must gain more than one
+question in a hundred on the sample)."""
 PARTS = (("third", 1 / 3), ("half", 0.5))
 """The escalation table's parts: an operator's least confident third and half of the sample."""
 TARGETS = tuple(op for op in Operator.values() if op not in (Operator.RETRIEVE, Operator.CASCADE))
@@ -652,7 +657,9 @@ def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, Oper
         seconds = whole.seconds + whole.planning
         options.append(Option(share, threshold, target, em_on[target], whole.escalated, whole.em, seconds))
         replays.append(outcomes)
-    best = max(range(len(options)), key=lambda i: (options[i].em, -options[i].seconds, -i))
+    top = max(o.em for o in options)
+    near = [i for i, o in enumerate(options) if o.em >= top - SHARE_MARGIN - 1e-9]
+    best = min(near, key=lambda i: (options[i].seconds, i))
     chosen, outcomes = options[best], replays[best]
     classes = sorted({o.question_class for o in outcomes})
     mixes = {ALL: mix(outcomes), **{c: mix([o for o in outcomes if o.question_class == c]) for c in classes}}
