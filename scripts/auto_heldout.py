@@ -204,7 +204,9 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
         f"bootstrap; n = answers (right ones). `{P_RIGHT}`: the bundled calibration's probability (its "
         "best feature and its signals, fitted on each set's first 50 questions; '-' where it has no mapping "
         "for the operator). Linear's answers are those of the choice questions auto sent to the template "
-        "(no run of the template on every held-back question carries confidence yet); the tree has none.",
+        "(no run of the template on every held-back question carries confidence yet), so their `supported` "
+        "is 0.50 by construction: on a choice question an answer is supported when it names an offered "
+        "option, and the template's answers are held to the options. The tree has none.",
         "",
         "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
         "|---|---|---|" + "---:|" * len(columns),

@@ -5,8 +5,11 @@ on the calibration sample (the first FIRST questions of each set): retrieve's an
 confidence from the confidence runs (benchmarks/results/confidence/SET, `make bench-confidence`), and
 the answers the operators a cascade escalates to gave on the same questions in `nlqo analyze`'s
 records (benchmarks/results/statistics/SET/analyze, issue 38; recorded before confidence was read, so
-an escalated answer is kept, as the cascade does without a probability to compare). The operator
-figures stay those the file was measured with. Then, for every set, the AUROC of each feature of each operator for exact
+an escalated answer is kept, as the cascade does without a probability to compare), or, for a set
+without them, in the benchmark of record's (benchmarks/results/runs/SET). The operator figures stay
+those the file was measured with, unless `--operators` summarises retrieve's, iterate's, the
+template's and the tree's anew from the benchmark of record's first FIRST questions of every set (as
+they were first made, from three sets). Then, for every set, the AUROC of each feature of each operator for exact
 match on the held-back questions (after the first FIRST), with its interval, goes into
 docs/statistics.md (block confidence-auroc). Nothing is fitted on the held-back questions.
 """
@@ -21,7 +24,7 @@ import attrs
 
 from nlqo.common.docblocks import write_block
 from nlqo.eval.records import read_records
-from nlqo.eval.collect import calibrate, calibration_row, operator_name, passage_ids
+from nlqo.eval.collect import calibrate, calibration_row, collect, operator_name, passage_ids
 from nlqo.execution.operators.support import SUPPORTED
 from nlqo.planner.statistics.calibration import FEATURES, TARGETS, auroc, auroc_interval, feature
 from nlqo.planner.statistics.store import BUNDLED, load, save
@@ -30,7 +33,14 @@ RUNS = Path("benchmarks/results/confidence")
 ANALYZED = Path("benchmarks/results/statistics")
 AUTO = Path("benchmarks/results/confidence-auto")
 RECORD = Path("benchmarks/results/runs")
-NAMES = {"hotpotqa_dev_199": "HotpotQA", "2wiki_dev_300": "2Wiki", "musique_dev_200": "MuSiQue"}
+NAMES = {
+    "hotpotqa_dev_199": "HotpotQA",
+    "2wiki_dev_300": "2Wiki",
+    "musique_dev_200": "MuSiQue",
+    "strategyqa_229": "StrategyQA",
+}
+MEASURED = ("retrieve", "iterate", "linear", "tree")
+"""The bundle's operators measured from the benchmark of record's records (the cascade's come from `nlqo analyze`)."""
 DATA = Path("../shared/data")
 
 
@@ -98,6 +108,37 @@ def auto_table() -> str:
     return "\n".join(out)
 
 
+def escalation_records(dataset: str) -> list[dict]:
+    """The answers of the operators a cascade escalates to on a set: `nlqo analyze`'s records where the
+    set has them (issue 38), else the benchmark of record's (the same operators under their bench names)."""
+    for folder in (ANALYZED / dataset / "analyze", RECORD / dataset):
+        if (folder / "records.jsonl").is_file():
+            return records(folder)
+    return []
+
+
+def remeasured(stats, sets: list[str], first: int, texts):
+    """``stats`` with retrieve's, iterate's, the template's and the tree's figures summarised anew from the
+    benchmark of record's first ``first`` questions of each set (the cascade's, measured by `nlqo analyze`
+    on its own runs, stay), and the sample's ids those questions'."""
+    by_set = {
+        s: [r for r in records(RECORD / s) if r["index"] < first and operator_name(r) in MEASURED]
+        for s in sets
+        if (RECORD / s / "records.jsonl").is_file()
+    }
+    fresh = collect([r for rs in by_set.values() for r in rs], measured_on=stats.measured_on, texts=texts).operators
+    operators = {**stats.operators, **{op: fresh[op] for op in MEASURED if op in fresh}}
+    ids = {s: list(dict.fromkeys(r["qid"] for r in sorted(rs, key=lambda r: r["index"]))) for s, rs in by_set.items()}
+    sets = list(by_set)
+    source = (
+        f"bundled: the first {first} questions of each shared dev set ({', '.join(NAMES[s] for s in sets)}), "
+        "the benchmark of record's records (scripts/confidence.py --bundle --operators); the cascade's "
+        + "figures: "
+        + stats.source.split(";")[0].removeprefix("bundled: ")
+    )
+    return attrs.evolve(stats, operators=operators, sample={"first": first, "ids": ids, "sets": sets}, source=source)
+
+
 def unlinked_support(first: int) -> str:
     """Among retrieve's supported answers on the calibration samples, those found only in unlinked passages."""
     from nlqo.execution.operators.support import support
@@ -147,17 +188,23 @@ def main() -> int:
     parser.add_argument("--sets", nargs="+", default=[p.name for p in sorted(RUNS.iterdir()) if p.is_dir()])
     parser.add_argument("--first", type=int, default=50, help="the calibration sample: each set's first N questions")
     parser.add_argument("--bundle", action="store_true", help="refit the bundled statistics' calibration")
+    parser.add_argument(
+        "--operators",
+        action="store_true",
+        help="with --bundle: measure the bundle's operator figures (not the cascade's) anew from the benchmark "
+        "of record's first N questions of every set",
+    )
     args = parser.parse_args()
     by_set = {s: records(RUNS / s) for s in args.sets}
     texts = {s: texts_of(s) for s in args.sets}
     if args.bundle:
         sample = [r for s, recs in by_set.items() for r in recs if r["index"] < args.first]
         for s in args.sets:
-            if (ANALYZED / s / "analyze" / "records.jsonl").is_file():
-                escalated = records(ANALYZED / s / "analyze")
-                sample += [r for r in escalated if r["index"] < args.first and operator_name(r) in TARGETS]
+            sample += [r for r in escalation_records(s) if r["index"] < args.first and operator_name(r) in TARGETS]
         merged = {tid: t for s in args.sets for tid, t in texts[s].items()}
         stats = load(BUNDLED, bundled=True)
+        if args.operators:
+            stats = remeasured(stats, args.sets, args.first, merged.get)
         calibration = calibrate(sample, merged.get)
         note = f"; calibration: the first {args.first} of {', '.join(args.sets)} (scripts/confidence.py --bundle)"
         save(

@@ -169,6 +169,19 @@ def test_the_cascade_plan_escalates_the_doubtful_half_to_the_template_and_estima
     assert plan.options[0].threshold is None and plan.options[0].escalated == 0.0
 
 
+def test_a_share_that_escalates_more_for_less_than_one_em_point_gives_way_to_the_faster_one():
+    # 120 questions, retrieve's confidence rising with i and right from i = 60; the template right on
+    # 0-9 and on 35: escalating the least confident quarter gains 10 answers, a third 11 (0.8 points more)
+    n = 120
+    firsts = [
+        Row(str(i), "other", float(i >= 60), 8.0, word_confidence("x", logprob=-3.0 + 0.02 * i)) for i in range(n)
+    ]
+    linear = [Row(str(i), "other", float(i < 10 or i == 35), 20.0, None) for i in range(n)]
+    plan = fit({"retrieve": firsts, "linear": linear}).cascade
+    assert [round(o.em * n) for o in plan.options] == [60, 70, 71, 71]
+    assert (plan.share, plan.target) == (0.25, "linear") and plan.mixes["all"].em == pytest.approx(70 / n)
+
+
 def test_the_replay_keeps_the_first_answer_where_the_escalated_one_is_trusted_less():
     def sure(value: float) -> OperatorCalibration:  # P(right) = sigmoid(value)
         model = Logistic(("reply.mean_logprob",), (0.0,), (1.0,), (1.0,), 0.0, 40)
@@ -251,6 +264,74 @@ def test_auto_weighs_the_cascade_as_the_mix_it_will_run():
     assert cascade.em == pytest.approx(17 / N) and cascade.seconds == pytest.approx(18.0) and cascade.n == N
     assert cascade.basis == "other; calibrated mix: 50% escalated to linear"  # the class has 30 >= 8 questions
     assert choice.operator == "cascade"  # 56.7% against linear's 30.0%, retrieve's 26.7%
+
+
+def planned_sample() -> list[dict]:
+    """:func:`sample` with the tree on every question, wrong, its parse and plan taking 4 + (i % 3) seconds."""
+    trees = [
+        {**record(i, "linear", False, -2.5), "strategy": "tree", "seconds": 30.0, "planning_ms": 1000.0 * (4 + i % 3)}
+        for i in range(N)
+    ]
+    return sample() + trees
+
+
+def test_an_escalation_to_the_template_is_priced_with_the_tree_s_parse_and_plan_of_the_same_question():
+    plan = calibrate(planned_sample()).cascade
+    whole = plan.mixes["all"]
+    assert (plan.target, plan.share, whole.escalated) == ("linear", 0.5, 0.5)  # the tree, always wrong, is no target
+    escalated = range(15)  # the least confident half: questions 0-14, none of them unsupported-only
+    assert whole.planning == pytest.approx(sum(4 + i % 3 for i in escalated) / N)  # 75 s over 30 questions
+    assert whole.seconds == pytest.approx(8.0 + 0.5 * 20.0)  # the template's own seconds, as before
+    chosen = next(o for o in plan.options if o.share == plan.share)
+    assert chosen.seconds == pytest.approx(whole.seconds + 2.5)
+    # escalating nothing plans nothing
+    assert plan.options[0].escalated == 0 and plan.options[0].seconds == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("plan_escalations, seconds, escalated", [(True, 20.5, 33.0), (False, 18.0, 28.0)])
+def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_escalations, seconds, escalated):
+    engine = Engine.from_config(
+        EngineConfig(
+            cost_model="structural",
+            measure_costs=False,
+            strategy="auto",
+            policy="quality",
+            plan_escalations=plan_escalations,
+        ),
+        llm=ScriptedLLM([], default="x"),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
+    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    cascade = next(c for c in engine.choose("Who was person 3?").candidates if c.operator == "cascade")
+    assert cascade.seconds == pytest.approx(seconds)
+    assert ("their parse and plan 2.5 s a question" in cascade.basis) is plan_escalations
+    # an escalated question: retrieve's 8 s, the template's 20 s and, planned, 5 s of parse and plan
+    assert cascade.escalated_seconds == pytest.approx(escalated)
+
+
+@pytest.mark.parametrize("stop_reason", ["cascade: escalated; terminator", "cascade: retrieve"])
+def test_explain_analyze_sets_an_escalated_question_s_seconds_beside_those_it_was_estimated_by(stop_reason):
+    from nlqo.execution.trace import RunResult
+    from nlqo.explain.analyze import physical_lines
+
+    engine = Engine.from_config(
+        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality"),
+        llm=ScriptedLLM([], default="x"),
+        retriever=KeywordRetriever(PASSAGES),
+        embedder=HashEmbedder(),
+    )
+    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    choice = engine.choose("Who was person 3?")
+    physical = engine.unparsed("Who was person 3?", "cascade", choice=choice).physical
+    result = RunResult("Who was person 3?", "x", "auto", stop_reason=stop_reason, execution_ms=40_000.0)
+    (line,) = [ln.strip() for ln in physical_lines(physical, result) if "seconds: estimated" in ln]
+    if stop_reason.startswith("cascade: escalated"):
+        assert (
+            line == "seconds: estimated 20.5 (the mix's mean; a question it escalates: 33.0), actual 40.0, q-error 1.95"
+        )
+    else:
+        assert line == "seconds: estimated 20.5, actual 40.0, q-error 1.95"
 
 
 def test_analyze_prints_the_calibration_escalation_and_cascade_tables():

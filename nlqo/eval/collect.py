@@ -122,6 +122,7 @@ def calibration_row(record: Mapping[str, Any], texts: Callable[[str], str] | Non
         confidence=None if not confidence else Confidence.from_dict(confidence),
         signals=signals,
         answered=bool(str(record.get("answer") or "").strip()),
+        planning_seconds=float(record.get("planning_ms") or 0.0) / 1000,
     )
 
 

@@ -21,8 +21,12 @@ picks one of two), and, for iterate, whether its rounds agree.
   is below a threshold or it is unsupported; for a few shares of doubtful questions
   (:data:`SHARES`) the threshold is that share's quantile and the escalation goes to the operator
   with the best EM on those questions; the cascade is then replayed on the sample as it runs
-  (the answer the calibration trusts more is kept) and the share with the best replayed EM is
-  kept, with the replayed EM and seconds as the cascade's estimate.
+  (the answer the calibration trusts more is kept) and the fastest share whose replayed EM is
+  within :data:`SHARE_MARGIN` of the best is kept, with the replayed EM and seconds as the
+  cascade's estimate. An escalation to the template
+  parses and plans the question first (``plan_escalations``), which the template's own records
+  do not count: the replay prices it apart (:attr:`Mix.planning`) at the tree's planning seconds on
+  the same question (the tree's records carry the parse and the plan).
 
 Everything is fitted on the analyze sample only, and carries its sample counts.
 """
@@ -56,6 +60,10 @@ RIDGE = 1.0
 SHARES = (0.0, 0.25, 1 / 3, 0.5)
 """Shares of retrieve's least confident sample questions a cascade plan may escalate, besides the
 unsupported ones (0: the unsupported only)."""
+SHARE_MARGIN = 0.01
+"""How far below the best replayed EM a share's may be and still be kept for being faster (one EM
+point, the balanced policy's default margin: a share escalating more must gain more than one
+question in a hundred on the sample)."""
 PARTS = (("third", 1 / 3), ("half", 0.5))
 """The escalation table's parts: an operator's least confident third and half of the sample."""
 TARGETS = tuple(op for op in Operator.values() if op not in (Operator.RETRIEVE, Operator.CASCADE))
@@ -311,10 +319,21 @@ class Mix:
     em_low: float
     em_high: float
     seconds: float
+    """Mean seconds a question, the escalations' parse and plan not counted (:attr:`planning`)."""
     escalated: float
     """Share of the questions escalated."""
     kept_first: float
     """Share of the questions escalated whose first answer was kept (trusted more)."""
+    planning: float = 0.0
+    """Mean seconds a question that escalations to the template spend parsing and planning first
+    (``plan_escalations``; 0 for iterate and the tree, whose records count their own)."""
+    escalated_seconds: float = 0.0
+    """Mean seconds of an escalated question, its parse and plan not counted (0 when none escalated)."""
+
+    def seconds_escalated(self, planned: bool) -> float:
+        """Mean seconds of an escalated question, with its parse and plan when ``planned``."""
+        extra = self.planning / self.escalated if planned and self.escalated else 0.0
+        return self.escalated_seconds + extra
 
 
 @attrs.frozen
@@ -329,6 +348,7 @@ class Option:
     escalated: float
     em: float
     seconds: float
+    """Mean seconds a question, the escalations' parse and plan included."""
 
 
 @attrs.frozen
@@ -459,6 +479,8 @@ class Row:
     """:data:`SIGNALS` known for the answer."""
     answered: bool = True
     """Whether there was an answer (an empty one never replaces a first answer)."""
+    planning_seconds: float = 0.0
+    """Of :attr:`seconds`, those spent parsing and planning (the tree's; 0 for an operator that does not plan)."""
 
     @property
     def right(self) -> bool:
@@ -532,6 +554,7 @@ class _Outcome:
     seconds: float
     escalated: bool
     kept_first: bool
+    planning: float = 0.0
 
 
 def _doubtful(first: Row, value: float | None, threshold: float | None) -> bool:
@@ -547,9 +570,12 @@ def replay(
     by_target: Mapping[str, Row],
     first_cal: OperatorCalibration,
     target_cal: OperatorCalibration,
+    planning: Mapping[str, float] | None = None,
 ) -> list[_Outcome]:
     """The cascade on each sample question as it runs: retrieve's answer, escalated when doubtful,
-    the escalated answer kept unless the calibration trusts it less than the first (or it is empty)."""
+    the escalated answer kept unless the calibration trusts it less than the first (or it is empty).
+    ``planning``: question -> seconds an escalation to ``target`` parses and plans first."""
+    planning = planning or {}
     out = []
     for first in firsts:
         second = by_target.get(first.key)
@@ -561,7 +587,8 @@ def replay(
         keep_first = not second.answered or (p_first is not None and p_second is not None and p_second < p_first)
         extra = second.seconds - first.seconds if target == Operator.ITERATE else second.seconds  # iterate continues
         em = first.em if keep_first else second.em
-        out.append(_Outcome(first.question_class, em, first.seconds + max(0.0, extra), True, keep_first))
+        seconds = first.seconds + max(0.0, extra)
+        out.append(_Outcome(first.question_class, em, seconds, True, keep_first, planning.get(first.key, 0.0)))
     return out
 
 
@@ -578,7 +605,26 @@ def mix(outcomes: Sequence[_Outcome]) -> Mix:
         seconds=_mean([o.seconds for o in outcomes]),
         escalated=escalated / n if n else 0.0,
         kept_first=sum(1 for o in outcomes if o.kept_first) / escalated if escalated else 0.0,
+        planning=_mean([o.planning for o in outcomes]),
+        escalated_seconds=_mean([o.seconds for o in outcomes if o.escalated]),
     )
+
+
+def planning_seconds(rows: Mapping[str, Sequence[Row]], target: str) -> dict[str, float]:
+    """Question -> the seconds an escalation to ``target`` parses and plans before it runs: for the
+    template, the tree's planning on that question (its mean where the tree did not run it); none for
+    iterate (it continues) or the tree (its records count their own).
+
+    >>> tree = [Row("a", "other", 1.0, 30.0, None, planning_seconds=12.0), Row("b", "other", 0.0, 20.0, None, planning_seconds=8.0)]
+    >>> rows = {"tree": tree, "linear": [Row(k, "other", 0.0, 9.0, None) for k in "abc"]}
+    >>> planning_seconds(rows, "linear"), planning_seconds(rows, "tree")
+    ({'a': 12.0, 'b': 8.0, 'c': 10.0}, {})
+    """
+    if target != Operator.LINEAR:
+        return {}
+    measured = {r.key: r.planning_seconds for r in rows.get(Operator.TREE.value, ()) if r.planning_seconds > 0}
+    usual = _mean(list(measured.values()))
+    return {r.key: measured.get(r.key, usual) for r in rows.get(target, ())}
 
 
 def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, OperatorCalibration]) -> CascadePlan | None:
@@ -594,7 +640,9 @@ def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, Oper
         return None
     firsts = list(rows[Operator.RETRIEVE.value])
     by = {op: {r.key: r for r in rows[op]} for op in targets}
-    speed = {op: _mean([r.seconds for r in rows[op]]) for op in targets}
+    speed = {
+        op: _mean([r.seconds for r in rows[op]]) + _mean(list(planning_seconds(rows, op).values())) for op in targets
+    }
     values = [first_cal.value(r.confidence) for r in firsts]
     known = [v for v in values if v is not None]
     options, replays = [], []
@@ -603,11 +651,15 @@ def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, Oper
         doubtful = [r.key for r, v in zip(firsts, values) if _doubtful(r, v, threshold)]
         em_on = {op: _mean([by[op][k].em for k in doubtful if k in by[op]]) for op in targets}
         target = max(targets, key=lambda op: (em_on[op], -speed[op]))
-        outcomes = replay(firsts, threshold, target, by[target], first_cal, operators[target])
+        planning = planning_seconds(rows, target)
+        outcomes = replay(firsts, threshold, target, by[target], first_cal, operators[target], planning)
         whole = mix(outcomes)
-        options.append(Option(share, threshold, target, em_on[target], whole.escalated, whole.em, whole.seconds))
+        seconds = whole.seconds + whole.planning
+        options.append(Option(share, threshold, target, em_on[target], whole.escalated, whole.em, seconds))
         replays.append(outcomes)
-    best = max(range(len(options)), key=lambda i: (options[i].em, -options[i].seconds, -i))
+    top = max(o.em for o in options)
+    near = [i for i, o in enumerate(options) if o.em >= top - SHARE_MARGIN - 1e-9]
+    best = min(near, key=lambda i: (options[i].seconds, i))
     chosen, outcomes = options[best], replays[best]
     classes = sorted({o.question_class for o in outcomes})
     mixes = {ALL: mix(outcomes), **{c: mix([o for o in outcomes if o.question_class == c]) for c in classes}}

@@ -45,6 +45,8 @@ class Candidate:
     seconds: float
     basis: str = "all"
     """The statistics the estimate comes from: a question class, or ``all``."""
+    escalated_seconds: float | None = None
+    """The cascade's: mean seconds of a question it escalates (``seconds`` is the mix's mean)."""
 
     @property
     def ranked_em(self) -> float:
