@@ -3,7 +3,7 @@
 Reads `make auto-heldout`'s records (benchmarks/results/auto-heldout/SET: auto and iter-retgen in one
 run, interleaved, and standard-rag where the benchmark of record has none) and, for standard-rag on
 the other sets, the benchmark of record's answers to the same questions (benchmarks/results/runs).
-Runs no model. Writes three blocks of docs/statistics.md:
+Runs no model. Writes five blocks of docs/statistics.md:
 
 - `auto-heldout`: per set, EM with Wilson intervals, auto minus the better of standard-rag and
   iter-retgen with a paired bootstrap interval, auto's seconds over iter-retgen's in the same run,
@@ -14,10 +14,13 @@ Runs no model. Writes three blocks of docs/statistics.md:
   on the question alone, kept in SET/escalations-unplanned.jsonl) against the same questions run
   again with the escalation parsed and planned (`plan_escalations`, the default since 7f360a0);
   every other question's answer is the same in both (the cascade decides before it escalates);
+- `auto-heldout-earlier-bundle`: the yes-no questions, which the bundle sent to the cascade until
+  StrategyQA joined it (8bce467) and to the template since: their earlier records (kept in
+  SET/yes-no-earlier-bundle.jsonl) against the same questions run again;
 - `auto-heldout-auroc`: the AUROC of each confidence feature, and of the bundled calibration's
   P(right) (its best feature with the support signal, fitted on the first 50 questions of each
   set), for retrieve's, iterate's and the template's answers on the held-back questions (the
-  template's: the choice questions auto sent to it). Retrieve's answers are the
+  template's: the questions auto sent to it, choice ones and, since 8bce467, yes-no ones). Retrieve's answers are the
   in-run standard-rag's where there is one, else the cascade's first round inside auto's records
   (questions auto sent to the cascade: not the choice questions, which go to the template); a
   first round the cascade escalated carries its reply's confidence only, so its `answer.*`
@@ -49,6 +52,9 @@ P_RIGHT = "P(right)"
 OPERATOR_RECORDS = {"retrieve": "standard-rag", "iterate": "iter-retgen", "linear": "linear"}
 """Each operator of the AUROC table and the bench strategy its records stand for."""
 SEED = 20261207
+EARLIER_BUNDLE = "yes-no-earlier-bundle.jsonl"
+"""auto's records of the yes-no questions made with the bundle before StrategyQA joined it (8bce467:
+they went to the cascade, now to the template), taken out of records.jsonl and run again."""
 
 
 def by_strategy(path: Path) -> dict[str, dict[str, dict]]:
@@ -115,7 +121,7 @@ def measure(dataset: str) -> dict | None:
         "chosen": Counter(operator_of(r) or "?" for r in auto).most_common(),
         "retrieve": retrieve,
         "iterate": rows["iter-retgen"],
-        "linear": [r for r in auto if operator_of(r) == "linear"],  # the choice questions auto sent to the template
+        "linear": [r for r in auto if operator_of(r) == "linear"],  # the questions auto sent to the template
         "triples": list(zip(auto, rows["iter-retgen"], rows["standard-rag"])),
     }
 
@@ -183,6 +189,31 @@ def escalation_table(results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def earlier_bundle_table(results: list[dict]) -> str:
+    """Questions auto answered again after the bundle changed (their earlier records kept in
+    SET/EARLIER_BUNDLE), the earlier answers beside today's and iter-retgen's and standard-rag's."""
+    out = [
+        "| set | questions | earlier bundle right | now right | iter-retgen right | standard-rag right "
+        "| now chose | earlier s | now s | iter-retgen s |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in results:
+        before = {x["qid"]: x for x in read_records(HELDOUT / r["set"] / EARLIER_BUNDLE, repair=False)}
+        rows = [(before[a["qid"]], a, i, s) for a, i, s in r["triples"] if a["qid"] in before]
+        if not rows:
+            continue
+        n, right, secs = _totals(rows)
+        chose = ", ".join(f"{op} {k}" for op, k in Counter(operator_of(x[1]) or "?" for x in rows).most_common())
+        out.append(
+            f"| {r['set']} | {n} | "
+            + " | ".join(f"{v:.0f}" for v in right)
+            + f" | {chose} | "
+            + " | ".join(f"{v:.1f}" for v in secs[:3])
+            + " |"
+        )
+    return "\n".join(out)
+
+
 def _totals(rows: list[tuple[dict, ...]]) -> tuple[int, list[float], list[float]]:
     """Rows of records side by side (one column per strategy): how many, each column's right answers and mean seconds."""
     n = len(rows)
@@ -203,10 +234,11 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
         "AUROC for exact match on the held-back questions of the table above, 95% interval by stratified "
         f"bootstrap; n = answers (right ones). `{P_RIGHT}`: the bundled calibration's probability (its "
         "best feature and its signals, fitted on each set's first 50 questions; '-' where it has no mapping "
-        "for the operator). Linear's answers are those of the choice questions auto sent to the template "
-        "(no run of the template on every held-back question carries confidence yet), so their `supported` "
-        "is 0.50 by construction: on a choice question an answer is supported when it names an offered "
-        "option, and the template's answers are held to the options. The tree has none.",
+        "for the operator). Linear's answers are those of the questions auto sent to the template, choice "
+        "and yes-no ones (no run of the template on every held-back question carries confidence yet), so "
+        "their `supported` says little: on a choice question an answer is supported when it names an "
+        "offered option, on a yes-no question when it is yes or no, and the template's answers are held "
+        "to both. The tree has none.",
         "",
         "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
         "|---|---|---|" + "---:|" * len(columns),
@@ -254,11 +286,12 @@ def main() -> int:
     results = [r for s in SETS if (r := measure(s))]
     texts = {r["set"]: texts_of(r["set"]) for r in results}
     outcome, routes, aurocs = outcome_table(results), route_table(results), auroc_table(results, texts)
-    escalations = escalation_table(results)
-    print(outcome, routes, escalations, aurocs, sep="\n\n")
+    escalations, earlier = escalation_table(results), earlier_bundle_table(results)
+    print(outcome, routes, escalations, earlier, aurocs, sep="\n\n")
     write_block(args.docs, "auto-heldout", outcome)
     write_block(args.docs, "auto-heldout-routes", routes)
     write_block(args.docs, "auto-heldout-escalations", escalations)
+    write_block(args.docs, "auto-heldout-earlier-bundle", earlier)
     write_block(args.docs, "auto-heldout-auroc", aurocs)
     return 0
 
