@@ -130,11 +130,12 @@ def remeasured(stats, sets: list[str], first: int, texts):
     operators = {**stats.operators, **{op: fresh[op] for op in MEASURED if op in fresh}}
     ids = {s: list(dict.fromkeys(r["qid"] for r in sorted(rs, key=lambda r: r["index"]))) for s, rs in by_set.items()}
     sets = list(by_set)
+    cascade = stats.source.split("; calibration:")[0]
+    cascade = cascade.split("the cascade's figures: ")[-1] if "the cascade's figures: " in cascade else cascade
     source = (
         f"bundled: the first {first} questions of each shared dev set ({', '.join(NAMES[s] for s in sets)}), "
-        "the benchmark of record's records (scripts/confidence.py --bundle --operators); the cascade's "
-        + "figures: "
-        + stats.source.split(";")[0].removeprefix("bundled: ")
+        "the benchmark of record's records (scripts/confidence.py --bundle --operators); the cascade's figures: "
+        + cascade.removeprefix("bundled: ")
     )
     return attrs.evolve(stats, operators=operators, sample={"first": first, "ids": ids, "sets": sets}, source=source)
 
