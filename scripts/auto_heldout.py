@@ -178,7 +178,9 @@ def escalation_table(results: list[dict]) -> str:
     ]
     for r in results:
         before = {x["qid"]: x for x in read_records(HELDOUT / r["set"] / "escalations-unplanned.jsonl", repair=False)}
-        pairs = [(before[a["qid"]], a, i) for a, i, _ in r["triples"] if a["qid"] in before]
+        # a yes-no question run again since the bundle changed: its planned escalation is in the earlier records
+        earlier = {x["qid"]: x for x in read_records(HELDOUT / r["set"] / EARLIER_BUNDLE, repair=False)}
+        pairs = [(before[a["qid"]], earlier.get(a["qid"], a), i) for a, i, _ in r["triples"] if a["qid"] in before]
         if not pairs:
             continue
         n, right, secs = _totals(pairs)
