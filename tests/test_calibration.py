@@ -251,14 +251,20 @@ def test_a_fit_too_small_for_a_mapping_gives_no_cascade_plan():
     assert cal.operators["retrieve"].model is None and cal.cascade is None and cal.trust() is None
 
 
-def test_auto_weighs_the_cascade_as_the_mix_it_will_run():
+def auto_engine(records: list[dict], **config) -> Engine:
+    """An ``auto`` engine (quality policy, scripted model) choosing by the statistics of ``records``."""
     engine = Engine.from_config(
-        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality"),
+        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality", **config),
         llm=ScriptedLLM([], default="x"),
         retriever=KeywordRetriever(PASSAGES),
         embedder=HashEmbedder(),
     )
-    engine.statistics = collect(sample(), measured_on={"model": "m"})
+    engine.statistics = collect(records, measured_on={"model": "m"})
+    return engine
+
+
+def test_auto_weighs_the_cascade_as_the_mix_it_will_run():
+    engine = auto_engine(sample())
     choice = engine.choose("Who was person 3?")
     cascade = next(c for c in choice.candidates if c.operator == "cascade")
     assert cascade.em == pytest.approx(17 / N) and cascade.seconds == pytest.approx(18.0) and cascade.n == N
@@ -290,19 +296,7 @@ def test_an_escalation_to_the_template_is_priced_with_the_tree_s_parse_and_plan_
 
 @pytest.mark.parametrize("plan_escalations, seconds, escalated", [(True, 20.5, 33.0), (False, 18.0, 28.0)])
 def test_auto_counts_the_escalations_parse_and_plan_only_when_they_plan(plan_escalations, seconds, escalated):
-    engine = Engine.from_config(
-        EngineConfig(
-            cost_model="structural",
-            measure_costs=False,
-            strategy="auto",
-            policy="quality",
-            plan_escalations=plan_escalations,
-        ),
-        llm=ScriptedLLM([], default="x"),
-        retriever=KeywordRetriever(PASSAGES),
-        embedder=HashEmbedder(),
-    )
-    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    engine = auto_engine(planned_sample(), plan_escalations=plan_escalations)
     cascade = next(c for c in engine.choose("Who was person 3?").candidates if c.operator == "cascade")
     assert cascade.seconds == pytest.approx(seconds)
     assert ("their parse and plan 2.5 s a question" in cascade.basis) is plan_escalations
@@ -315,13 +309,7 @@ def test_explain_analyze_sets_an_escalated_question_s_seconds_beside_those_it_wa
     from nlqo.execution.trace import RunResult
     from nlqo.explain.analyze import physical_lines
 
-    engine = Engine.from_config(
-        EngineConfig(cost_model="structural", measure_costs=False, strategy="auto", policy="quality"),
-        llm=ScriptedLLM([], default="x"),
-        retriever=KeywordRetriever(PASSAGES),
-        embedder=HashEmbedder(),
-    )
-    engine.statistics = collect(planned_sample(), measured_on={"model": "m"})
+    engine = auto_engine(planned_sample())
     choice = engine.choose("Who was person 3?")
     physical = engine.unparsed("Who was person 3?", "cascade", choice=choice).physical
     result = RunResult("Who was person 3?", "x", "auto", stop_reason=stop_reason, execution_ms=40_000.0)
