@@ -118,6 +118,23 @@ def stop_reasons(*reasons: str) -> str:
     return "; ".join(str(r) for r in reasons if r)
 
 
+def escalated(stop_reason: str) -> bool:
+    """Whether a cascade's stop reasons say it went past its first answer (by confidence or by support).
+
+    >>> escalated(stop_reasons(StopReason.CASCADE_ESCALATED, "terminator")), escalated(StopReason.CASCADE_RETRIEVE)
+    (True, False)
+    """
+    return any(
+        str(reason) in stop_reason
+        for reason in (
+            StopReason.CASCADE_ESCALATED,
+            StopReason.CASCADE_KEPT_FIRST,
+            StopReason.CASCADE_ITERATE,
+            StopReason.CASCADE_PLAN,
+        )
+    )
+
+
 class Operator(_Word):
     """Physical operators: every way the engine answers a question (:mod:`nlqo.execution.operators` holds
     one module each)."""

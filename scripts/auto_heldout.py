@@ -42,6 +42,7 @@ from nlqo.eval.metrics import bootstrap_diff, score, wilson_interval
 from nlqo.eval.records import operator_of, read_records
 from nlqo.execution.answers import short_answer
 from nlqo.execution.operators.support import SUPPORTED
+from nlqo.kinds import escalated
 from nlqo.planner.statistics.calibration import FEATURES, auroc, auroc_interval, feature
 from nlqo.planner.statistics.store import BUNDLED, load
 
@@ -116,7 +117,7 @@ def measure(dataset: str) -> dict | None:
         "gain": gain,
         "seconds": seconds,
         "standard_in_run": "standard-rag" in run,
-        "escalated": sum("escalated" in r["stop_reason"] or "kept first" in r["stop_reason"] for r in auto),
+        "escalated": sum(escalated(r["stop_reason"]) for r in auto),
         "planned": sum(planned(r) for r in auto),
         "chosen": Counter(operator_of(r) or "?" for r in auto).most_common(),
         "retrieve": retrieve,

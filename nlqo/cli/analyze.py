@@ -212,7 +212,7 @@ def calibration_table(cal) -> str:
         f"Cascade: escalate retrieve's answer when {when}, to "
         f"{plan.target}; keep the answer trusted more. On the sample (n={plan.n}): {whole.escalated:.0%} escalated, "
         f"{whole.kept_first:.0%} of those kept the first answer; EM {whole.em:.1%} [{whole.em_low:.1%}, "
-        f"{whole.em_high:.1%}], {whole.seconds + whole.planning:.1f} s"
+        f"{whole.em_high:.1%}], {whole.mean_seconds(True):.1f} s"
         + (f" ({whole.planning:.1f} s of it the escalations' parse and plan)" if whole.planning else ""),
         "",
         "| least confident share | threshold | target | target's EM there | escalated | EM | seconds |",

@@ -10,7 +10,7 @@ from nlqo.execution.physical import PhysicalPlan
 from nlqo.execution.choice import CHOICE_NODE
 from nlqo.execution.fallback import FALLBACK_NODE
 from nlqo.execution.trace import NOT_ANSWERS, RunResult, Step, confidence_dict
-from nlqo.kinds import StepKind, StopReason
+from nlqo.kinds import StepKind, escalated
 from nlqo.optimizer.plan import ROOT
 from nlqo.runtime.llm.base import TOKEN_COUNTS
 from nlqo.runtime.llm.confidence import Confidence
@@ -150,32 +150,12 @@ def physical_lines(physical: PhysicalPlan, result: RunResult | None = None) -> l
         chosen = physical.choice.chosen
         estimated, actual = chosen.seconds, (result.planning_ms + result.execution_ms) / 1000
         also = ""
-        if chosen.escalated_seconds is not None and escalated(result):
+        if chosen.escalated_seconds is not None and escalated(result.stop_reason):
             also = f" (the mix's mean; a question it escalates: {chosen.escalated_seconds:.1f})"
         lines.append(
             f"  seconds: estimated {estimated:.1f}{also}, actual {actual:.1f}, q-error {q_error(estimated, actual):.2f}"
         )
     return lines
-
-
-ESCALATED = (
-    StopReason.CASCADE_ESCALATED,
-    StopReason.CASCADE_KEPT_FIRST,
-    StopReason.CASCADE_ITERATE,
-    StopReason.CASCADE_PLAN,
-)
-"""Stop reasons of a cascade that went past its first answer."""
-
-
-def escalated(result: RunResult) -> bool:
-    """Whether a cascade escalated the question (its first answer doubted).
-
-    >>> escalated(RunResult(question="q", answer="a", strategy="auto", stop_reason="cascade: escalated; terminator"))
-    True
-    >>> escalated(RunResult(question="q", answer="a", strategy="auto", stop_reason="cascade: retrieve"))
-    False
-    """
-    return any(str(reason) in result.stop_reason for reason in ESCALATED)
 
 
 def choice_lines(choice) -> list[str]:

@@ -265,13 +265,13 @@ class Engine:
             if operator == Operator.CASCADE and trust is not None:  # the mix it will run, replayed on the sample
                 mix, basis = trust.plan.mix(str(kind), MIN_CLASS)
                 basis = f"{basis}; calibrated mix: {mix.escalated:.0%} escalated to {trust.target}"
-                seconds = mix.seconds
-                if self.config.plan_escalations and mix.planning:
-                    seconds += mix.planning
+                planned = self.config.plan_escalations
+                if planned and mix.planning:
                     basis += f", their parse and plan {mix.planning:.1f} s a question"
-                escalated = mix.seconds_escalated(self.config.plan_escalations) * scale if mix.escalated else None
+                seconds = mix.mean_seconds(planned) * scale
+                escalated = mix.seconds_escalated(planned) * scale if mix.escalated else None
                 candidates.append(
-                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, seconds * scale, basis, escalated)
+                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, seconds, basis, escalated)
                 )
             elif got is not None:
                 s, basis = got

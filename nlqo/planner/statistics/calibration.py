@@ -330,6 +330,10 @@ class Mix:
     escalated_seconds: float = 0.0
     """Mean seconds of an escalated question, its parse and plan not counted (0 when none escalated)."""
 
+    def mean_seconds(self, planned: bool) -> float:
+        """Mean seconds a question, with the escalations' parse and plan when ``planned``."""
+        return self.seconds + (self.planning if planned else 0.0)
+
     def seconds_escalated(self, planned: bool) -> float:
         """Mean seconds of an escalated question, with its parse and plan when ``planned``."""
         extra = self.planning / self.escalated if planned and self.escalated else 0.0
@@ -640,9 +644,8 @@ def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, Oper
         return None
     firsts = list(rows[Operator.RETRIEVE.value])
     by = {op: {r.key: r for r in rows[op]} for op in targets}
-    speed = {
-        op: _mean([r.seconds for r in rows[op]]) + _mean(list(planning_seconds(rows, op).values())) for op in targets
-    }
+    planning = {op: planning_seconds(rows, op) for op in targets}
+    speed = {op: _mean([r.seconds for r in rows[op]]) + _mean(list(planning[op].values())) for op in targets}
     values = [first_cal.value(r.confidence) for r in firsts]
     known = [v for v in values if v is not None]
     options, replays = [], []
@@ -651,11 +654,11 @@ def plan_cascade(rows: Mapping[str, Sequence[Row]], operators: Mapping[str, Oper
         doubtful = [r.key for r, v in zip(firsts, values) if _doubtful(r, v, threshold)]
         em_on = {op: _mean([by[op][k].em for k in doubtful if k in by[op]]) for op in targets}
         target = max(targets, key=lambda op: (em_on[op], -speed[op]))
-        planning = planning_seconds(rows, target)
-        outcomes = replay(firsts, threshold, target, by[target], first_cal, operators[target], planning)
+        outcomes = replay(firsts, threshold, target, by[target], first_cal, operators[target], planning[target])
         whole = mix(outcomes)
-        seconds = whole.seconds + whole.planning
-        options.append(Option(share, threshold, target, em_on[target], whole.escalated, whole.em, seconds))
+        options.append(
+            Option(share, threshold, target, em_on[target], whole.escalated, whole.em, whole.mean_seconds(True))
+        )
         replays.append(outcomes)
     top = max(o.em for o in options)
     near = [i for i, o in enumerate(options) if o.em >= top - SHARE_MARGIN - 1e-9]
