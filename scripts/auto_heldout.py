@@ -22,7 +22,7 @@ Runs no model. Writes five blocks of docs/statistics.md:
   set), for retrieve's, iterate's and the template's answers on the held-back questions (the
   template's: the questions auto sent to it, choice ones and, since 8bce467, yes-no ones). Retrieve's answers are the
   in-run standard-rag's where there is one, else the cascade's first round inside auto's records
-  (questions auto sent to the cascade: not the choice questions, which go to the template); a
+  (questions auto sent to the cascade: not the choice and yes-no ones, which go to the template); a
   first round the cascade escalated carries its reply's confidence only, so its `answer.*`
   features are the reply's.
 """
@@ -159,7 +159,7 @@ def route_table(results: list[dict]) -> str:
         groups: dict[tuple[str, str], list[tuple[dict, dict, dict]]] = defaultdict(list)
         for a, i, s in r["triples"]:
             kind = ((a.get("plan") or {}).get("physical") or {}).get("choice", {}).get("question_class", "?")
-            route = (operator_of(a) or "?") + (", escalated" if "escalated" in a["stop_reason"] else "")
+            route = (operator_of(a) or "?") + (", escalated" if escalated(a["stop_reason"]) else "")
             groups[(kind, route)].append((a, i, s))
         for (kind, route), rows in sorted(groups.items()):
             n, right, secs = _totals(rows)
