@@ -15,7 +15,7 @@ MODEL ?= $(shell for py in $(PY) $(PYTHON); do $$py -c 'from nlqo.config import 
 DEMO_INDEX ?= .nlqo/demo-index
 QUESTION ?= In which city was the author of The Hobbit born?
 
-.PHONY: mutation mutation-survivors fuzz demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics bench-confidence
+.PHONY: mutation mutation-survivors fuzz demo test lint install install-test clean-venv bench bench-staged bench-report ablations experiments load-serve bench-statistics bench-confidence heldout-operators
 
 $(VENV)/.base: pyproject.toml scripts/install-llama-cpp.sh
 	$(PYTHON) -m venv $(VENV)
@@ -222,6 +222,18 @@ auto-heldout: install $(VENV)/.model-$(MODEL)
 			--limit $$n --out $(HELDOUT_OUT)/$$s --model $(MODEL) \
 			--strategies auto,iter-retgen$$([ $$s = strategyqa_229 ] && echo ,standard-rag) || exit 1; \
 	done; done
+
+# Issue 50's calibration check of the operators auto escalates to (docs/statistics.md): the template and the
+# tree, with the decoder's confidence, on each set's held-back questions (after the calibration sample's
+# first 50); StrategyQA's come from its benchmark of record. Resumable; about 37 s a question for both.
+# Table: python scripts/operator_auroc.py.
+HELDOUT_OPS_SETS ?= hotpotqa_dev_199 2wiki_dev_300 musique_dev_200
+HELDOUT_OPS_LIMIT ?= 100
+HELDOUT_OPS_OUT ?= benchmarks/results/heldout-operators
+heldout-operators: install $(VENV)/.model-$(MODEL)
+	for s in $(HELDOUT_OPS_SETS); do $(NLQO) bench --questions $(BENCH_DATA)/$$s.jsonl.gz --corpus $(BENCH_DATA)/$${s}_corpus.jsonl.gz \
+		--skip $(STAT_SAMPLE) --limit $(HELDOUT_OPS_LIMIT) --out $(HELDOUT_OPS_OUT)/$$s --model $(MODEL) --strategies linear,tree || exit 1; done
+	$(PY) scripts/operator_auroc.py
 
 statistics-%: install $(VENV)/.model-$(MODEL)
 	[ -f $(STAT_OUT)/$*/index/manifest.json ] || $(NLQO) index $(BENCH_DATA)/$*_corpus.jsonl.gz --out $(STAT_OUT)/$*/index

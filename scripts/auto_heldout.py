@@ -253,12 +253,12 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
             if not rows:
                 continue
             pooled[op] += rows
-            out.append(_row(r["set"], op, rows, cal, columns))
-    out += [_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
+            out.append(auroc_row(r["set"], op, rows, cal, columns))
+    out += [auroc_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
     return "\n".join(out)
 
 
-def _row(name: str, op: str, rows: list, cal, columns) -> str:
+def auroc_row(name: str, op: str, rows: list, cal, columns) -> str:
     cells = []
     for c in columns:
         pairs = []
