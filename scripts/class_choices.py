@@ -8,25 +8,21 @@ files to see whether a refit changed any choice (issue 50), e.g.
 
 import argparse
 
+from nlqo.config import EngineConfig
 from nlqo.execution.operators import OPERATORS
-from nlqo.kinds import Operator
 from nlqo.parser.questions import QuestionClass
-from nlqo.planner.statistics.policy import Candidate, choose
-from nlqo.planner.statistics.store import MIN_CLASS, load
+from nlqo.planner.statistics.candidates import measured_candidate
+from nlqo.planner.statistics.policy import choose
+from nlqo.planner.statistics.store import load
 
 
-def candidates(stats, kind) -> list[Candidate]:
-    """The candidates ``Engine.choose`` weighs for a question of class ``kind`` (seconds unscaled)."""
-    out, trust = [], None if stats.calibration is None else stats.calibration.trust()
-    for operator in OPERATORS:
-        got = stats.get(operator, kind)
-        if operator == Operator.CASCADE and trust is not None:
-            mix, basis = trust.plan.mix(str(kind), MIN_CLASS)
-            out.append(Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, mix.seconds, basis))
-        elif got is not None:
-            s, basis = got
-            out.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds, basis))
-    return out
+def candidates(stats, kind) -> list:
+    """The candidates ``Engine.choose`` weighs for a question of class ``kind`` (seconds unscaled,
+    escalations parsed and planned as the default configuration does)."""
+    trust = None if stats.calibration is None else stats.calibration.trust()
+    plan = EngineConfig().plan_escalations
+    found = (measured_candidate(stats, op, kind, trust, plan_escalations=plan) for op in OPERATORS)
+    return [c for c in found if c is not None]
 
 
 def main() -> int:

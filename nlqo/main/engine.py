@@ -27,9 +27,10 @@ from nlqo.execution.operators.base import PLANNED
 from nlqo.execution.operators.retrieve import RETRIEVE
 from nlqo.execution.operators.template import TEMPLATE
 from nlqo.parser.questions import question_class
+from nlqo.planner.statistics.candidates import measured_candidate
 from nlqo.planner.statistics.policy import Candidate, Choice, choose
 from nlqo.planner.statistics.calibration import Trust
-from nlqo.planner.statistics.store import MIN_CLASS, Statistics, differences
+from nlqo.planner.statistics.store import Statistics, differences
 from nlqo.common.passages import Embedder, Retriever
 from nlqo.optimizer.plan import Plan
 
@@ -261,21 +262,11 @@ class Engine:
         trust = self._trust(stats)
         candidates = []
         for operator, op in OPERATORS.items():
-            got = stats.get(operator, kind)
-            if operator == Operator.CASCADE and trust is not None:  # the mix it will run, replayed on the sample
-                mix, basis = trust.plan.mix(str(kind), MIN_CLASS)
-                basis = f"{basis}; calibrated mix: {mix.escalated:.0%} escalated to {trust.target}"
-                planned = self.config.plan_escalations
-                if planned and mix.planning:
-                    basis += f", their parse and plan {mix.planning:.1f} s a question"
-                seconds = mix.mean_seconds(planned) * scale
-                escalated = mix.seconds_escalated(planned) * scale if mix.escalated else None
-                candidates.append(
-                    Candidate(str(operator), mix.em, mix.em_low, mix.em_high, mix.n, seconds, basis, escalated)
-                )
-            elif got is not None:
-                s, basis = got
-                candidates.append(Candidate(str(operator), s.em, s.em_low, s.em_high, s.n, s.seconds * scale, basis))
+            got = measured_candidate(
+                stats, operator, kind, trust, plan_escalations=self.config.plan_escalations, scale=scale
+            )
+            if got is not None:
+                candidates.append(got)
             elif operator not in bundled.operators:
                 seconds = op.estimate(self._one_atom(question), self.profile, self.k).ms / 1000
                 basis = f"no statistics, EM unknown: structural estimate ('nlqo analyze --operators {operator}' measures it)"
