@@ -242,20 +242,25 @@ def auroc_table(results: list[dict], texts: dict[str, dict[str, str]]) -> str:
         "their `supported` says little: on a choice question an answer is supported when it names an "
         "offered option, on a yes-no question when it is yes or no, and the template's answers are held "
         "to both. The tree has none.",
-        "",
-        "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
-        "|---|---|---|" + "---:|" * len(columns),
     ]
+    groups = [
+        (r["set"], op, [(calibration_row(x, texts[r["set"]].get), operator_name({"strategy": s})) for x in r[op]])
+        for r in results
+        for op, s in OPERATOR_RECORDS.items()
+    ]
+    return "\n".join(out + auroc_body(groups, cal, columns))
+
+
+def auroc_body(groups: list[tuple[str, str, list]], cal, columns) -> list[str]:
+    """The table of an AUROC block: a row for each (set, operator, rows) that has rows, then each operator pooled."""
+    out = ["", "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |"]
+    out.append("|---|---|---|" + "---:|" * len(columns))
     pooled: dict[str, list] = defaultdict(list)
-    for r in results:
-        for op, strategy in OPERATOR_RECORDS.items():
-            rows = [(calibration_row(x, texts[r["set"]].get), operator_name({"strategy": strategy})) for x in r[op]]
-            if not rows:
-                continue
+    for name, op, rows in groups:
+        if rows:
             pooled[op] += rows
-            out.append(auroc_row(r["set"], op, rows, cal, columns))
-    out += [auroc_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
-    return "\n".join(out)
+            out.append(auroc_row(name, op, rows, cal, columns))
+    return out + [auroc_row("pooled", op, rows, cal, columns) for op, rows in pooled.items()]
 
 
 def auroc_row(name: str, op: str, rows: list, cal, columns) -> str:

@@ -24,7 +24,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from auto_heldout import P_RIGHT, SETS, auroc_row, first_round  # scripts/, beside this script
+from auto_heldout import P_RIGHT, SETS, auroc_body, first_round  # scripts/, beside this script
 from confidence import texts_of
 from nlqo.common.docblocks import write_block
 from nlqo.eval.collect import calibration_row, operator_name
@@ -84,24 +84,25 @@ def table(by_set: dict[str, dict[str, dict[str, dict]]], texts: dict[str, dict[s
         f"AUROC for exact match on each set's held-back questions (index {HELD_BACK_FROM} on; the bundled "
         "calibration is fitted on the first 50), every operator whose answers there carry the decoder's "
         "confidence, 95% interval by stratified bootstrap; n = answers (right ones); `-` where every answer "
-        f"has the same value or there is no mapping; an answer the engine held to an offered option carries no "
+        "has the same value or there is no mapping; an answer the engine held to an offered option carries no "
         f"confidence and is left out. `{P_RIGHT}`: the bundled calibration's probability. "
         "Written by `python scripts/operator_auroc.py` from the records it names (operators missing from a "
         "set have no held-back run with confidence yet: `make heldout-operators`).",
-        "",
-        "| set | operator | n (right) | " + " | ".join(f"`{c}`" for c in columns) + " |",
-        "|---|---|---|" + "---:|" * len(columns),
     ]
-    pooled: dict[str, list] = defaultdict(list)
-    for dataset, operators in by_set.items():
-        for op in OPERATORS:
-            records = sorted(operators.get(op, {}).values(), key=lambda r: r["qid"])
-            rows = [(calibration_row(r, texts[dataset].get), op) for r in records]
-            if rows:
-                pooled[op] += rows
-                out.append(auroc_row(dataset, op, rows, cal, columns))
-    out += [auroc_row("pooled", op, pooled[op], cal, columns) for op in OPERATORS if pooled[op]]
-    return "\n".join(out)
+    groups = [
+        (
+            dataset,
+            op,
+            [(calibration_row(r, texts[dataset].get), op) for r in sorted(ops.get(op, {}).values(), key=_qid)],
+        )
+        for dataset, ops in by_set.items()
+        for op in OPERATORS
+    ]
+    return "\n".join(out + auroc_body(groups, cal, columns))
+
+
+def _qid(record: dict) -> str:
+    return record["qid"]
 
 
 def main() -> int:
