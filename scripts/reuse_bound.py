@@ -25,7 +25,6 @@ Writes the block `reuse-bound` of docs/models.md.
 from __future__ import annotations
 
 import argparse
-import ast
 import gzip
 import json
 import statistics
@@ -43,17 +42,12 @@ TAIL_EXTRA = 20
 """Tokens of a prompt's tail besides the question (the closing text and the chat template's turn marks)."""
 
 
-def passages_of(step: dict) -> list[dict]:
-    value = step.get("passages") or []
-    return ast.literal_eval(value) if isinstance(value, str) else list(value)
-
-
 def calls(record: dict):
     """Each LLM call of ``record`` with the passage ids it read (the latest retrieval of its node)."""
     latest: dict[str, list[str]] = {}
     for step in record.get("trace") or []:
         if step.get("kind") == "retrieve":
-            latest[step["node"]] = [p["id"] for p in passages_of(step)]
+            latest[step["node"]] = [p["id"] for p in step.get("passages") or []]
         elif step.get("kind") == "llm":
             yield step, latest.pop(step["node"], [])
 
